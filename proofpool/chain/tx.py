@@ -1,0 +1,205 @@
+"""Sending transactions: local signing, one nonce sequence per sender, fee bumps on
+"underpriced", resync on "nonce too low", receipts with a timeout, and reverts turned
+into `ContractRevert` named after the contract's custom error.
+
+One key may send from several threads (a lock) and several processes on one machine
+(a file lock next to the devnet state); senders on other machines are reconciled by the
+"nonce too low" retry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eth_account.signers.local import LocalAccount
+from filelock import FileLock
+from hexbytes import HexBytes
+from web3 import Web3
+from web3.contract.contract import ContractFunction
+from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
+from web3.types import TxReceipt
+
+from proofpool.chain.artifacts import Artifact
+from proofpool.chain.errors import ContractRevert, NonceConflict, TxTimeout, decode_revert
+from proofpool.config import get_settings
+
+log = logging.getLogger(__name__)
+
+_NONCE_ERRORS = ("nonce too low", "already known", "nonce has already been used", "invalid nonce")
+_UNDERPRICED = ("underpriced", "fee too low", "max fee per gas less than block base fee")
+_GAS_MARGIN = 1.2
+_MAX_ATTEMPTS = 6
+
+
+def revert_from_exception(exc: Exception) -> ContractRevert | None:
+    """The decoded custom error inside a web3 exception, or None if it was no revert."""
+    if isinstance(exc, ContractRevert):
+        return exc
+    if isinstance(exc, ContractLogicError):
+        data = exc.data
+        if isinstance(data, dict):
+            data = data.get("data")
+        return decode_revert(data)
+    if isinstance(exc, Web3RPCError):
+        payload = exc.rpc_response.get("error", {}) if exc.rpc_response else {}
+        data = payload.get("data") if isinstance(payload, dict) else None
+        if isinstance(data, str) and data.startswith("0x"):
+            return decode_revert(data)
+        message = str(payload.get("message", "")) if isinstance(payload, dict) else ""
+        if "revert" in message.lower():
+            return decode_revert(None)
+    return None
+
+
+@dataclass(frozen=True)
+class _Lane:
+    """Per (chain, sender) coordination shared by every TxSender of this process."""
+
+    thread_lock: threading.Lock
+    file_lock: FileLock
+
+
+_lanes: dict[tuple[int, str], _Lane] = {}
+_lanes_guard = threading.Lock()
+
+
+def _lane(chain_id: int, address: str) -> _Lane:
+    with _lanes_guard:
+        key = (chain_id, address)
+        if key not in _lanes:
+            folder = Path(get_settings().state_dir) / "nonces"
+            folder.mkdir(parents=True, exist_ok=True)
+            _lanes[key] = _Lane(threading.Lock(), FileLock(str(folder / f"{chain_id}-{address}.lock")))
+        return _lanes[key]
+
+
+class TxSender:
+    """Signs and sends transactions for one account."""
+
+    def __init__(self, w3: Web3, account: LocalAccount, receipt_timeout: float | None = None) -> None:
+        self.w3 = w3
+        self.account = account
+        self.address = account.address
+        self.receipt_timeout = receipt_timeout or get_settings().tx_receipt_timeout
+        self._chain_id = w3.eth.chain_id
+        self._lane = _lane(self._chain_id, self.address)
+
+    def call(self, fn: ContractFunction) -> Any:
+        """eth_call from this account; a revert raises `ContractRevert`."""
+        try:
+            return fn.call({"from": self.address})
+        except Exception as exc:
+            revert = revert_from_exception(exc)
+            if revert is None:
+                raise
+            raise revert from None
+
+    def send(self, fn: ContractFunction, value: int = 0, gas: int | None = None) -> TxReceipt:
+        """Send `fn` as a transaction and wait for its receipt.
+
+        Raises `ContractRevert` before sending when the estimate reverts, and after mining
+        if the transaction reverted anyway (state changed in between).
+        """
+        tx: dict[str, Any] = {"from": self.address, "value": value, "chainId": self._chain_id}
+        try:
+            built = fn.build_transaction({**tx, "gas": gas or 1}) if gas else None
+            if built is None:
+                estimate = fn.estimate_gas({"from": self.address, "value": value})
+                built = fn.build_transaction({**tx, "gas": int(estimate * _GAS_MARGIN)})
+        except Exception as exc:
+            revert = revert_from_exception(exc)
+            if revert is None:
+                raise
+            raise revert from None
+        return self._send_built(built)
+
+    def deploy(self, artifact: Artifact, *args: Any) -> str:
+        """Deploy `artifact` with constructor `args`; returns the checksum address."""
+        factory = self.w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
+        ctor = factory.constructor(*args)
+        try:
+            estimate = ctor.estimate_gas({"from": self.address})
+        except Exception as exc:
+            revert = revert_from_exception(exc)
+            if revert is None:
+                raise
+            raise revert from None
+        built = ctor.build_transaction(
+            {"from": self.address, "chainId": self._chain_id, "gas": int(estimate * _GAS_MARGIN)}
+        )
+        receipt = self._send_built(built)
+        return Web3.to_checksum_address(receipt["contractAddress"])
+
+    def transfer_eth(self, to: str, wei: int) -> TxReceipt:
+        """Plain value transfer (used to give node keys gas money on the devnet)."""
+        return self._send_built(
+            {
+                "from": self.address,
+                "to": Web3.to_checksum_address(to),
+                "value": wei,
+                "gas": 21_000,
+                "chainId": self._chain_id,
+            }
+        )
+
+    def _fees(self, bump: float) -> dict[str, int]:
+        block = self.w3.eth.get_block("latest")
+        base = block.get("baseFeePerGas")
+        if base is None:
+            return {"gasPrice": int(self.w3.eth.gas_price * bump)}
+        tip = int(self.w3.eth.max_priority_fee * bump) or 1
+        return {"maxPriorityFeePerGas": tip, "maxFeePerGas": int((2 * base + tip) * bump)}
+
+    def _send_built(self, built: dict[str, Any]) -> TxReceipt:
+        built = {
+            k: v for k, v in built.items() if k not in ("gasPrice", "maxFeePerGas", "maxPriorityFeePerGas")
+        }
+        bump = 1.0
+        for attempt in range(_MAX_ATTEMPTS):
+            with self._lane.thread_lock, self._lane.file_lock:
+                nonce = self.w3.eth.get_transaction_count(self.address, "pending")
+                signed = self.account.sign_transaction({**built, **self._fees(bump), "nonce": nonce})
+                try:
+                    tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
+                except Web3RPCError as exc:
+                    message = str(exc).lower()
+                    if any(s in message for s in _NONCE_ERRORS):
+                        log.info(
+                            "nonce %s taken for %s, resyncing (attempt %d)", nonce, self.address, attempt
+                        )
+                        continue
+                    if any(s in message for s in _UNDERPRICED):
+                        bump *= 1.25
+                        continue
+                    revert = revert_from_exception(exc)
+                    if revert is not None:
+                        raise revert from None
+                    raise
+            return self._wait(tx_hash, built)
+        raise NonceConflict(f"could not place a transaction for {self.address} after {_MAX_ATTEMPTS} tries")
+
+    def _wait(self, tx_hash: HexBytes, built: dict[str, Any]) -> TxReceipt:
+        try:
+            receipt = self.w3.eth.wait_for_transaction_receipt(
+                tx_hash, timeout=self.receipt_timeout, poll_latency=0.05
+            )
+        except TimeExhausted as exc:
+            raise TxTimeout(f"transaction {tx_hash.hex()} not mined in {self.receipt_timeout:.0f} s") from exc
+        if receipt["status"] != 1:
+            raise self._replay_revert(built, receipt)
+        return receipt
+
+    def _replay_revert(self, built: dict[str, Any], receipt: TxReceipt) -> ContractRevert:
+        """Re-run a mined, reverted transaction as a call to learn which error it hit."""
+        call = {k: built[k] for k in ("from", "to", "data", "value") if k in built}
+        try:
+            self.w3.eth.call(call, receipt["blockNumber"] - 1)
+        except Exception as exc:  # noqa: BLE001 - we only want the revert data out of it
+            revert = revert_from_exception(exc)
+            if revert is not None:
+                return revert
+        return ContractRevert("RevertedOnChain", ("0x" + receipt["transactionHash"].hex(),))

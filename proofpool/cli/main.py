@@ -1,0 +1,90 @@
+"""The `proofpool` command: one typer group per audience, mounted here.
+
+Commands parse, call the library and render. Every `ProofpoolError` becomes a one-line
+message and exit code 1 (`--verbose` keeps the traceback); anything else is a bug.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import typer
+from rich.console import Console
+
+from proofpool.errors import ProofpoolError
+
+app = typer.Typer(
+    name="proofpool",
+    help="Blockchain-anchored compute marketplace for decentralized RL: chain, pools, providers, "
+    "workers, validators, trainer and ledger.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+# (group name, module under proofpool.cli, help) - modules import heavy libraries lazily.
+GROUPS: tuple[tuple[str, str, str], ...] = (
+    ("chain", "chain", "Run the local devnet chain (anvil)."),
+    ("contracts", "contracts", "Compile and deploy the proofpool contracts."),
+    ("keys", "keys", "Create and inspect keys."),
+    ("provider", "provider", "Compute providers: register, stake, add nodes, unbond, withdraw."),
+    ("pool", "pool", "Pool creators and managers: create, fund, start, invite, publish checkpoints."),
+    ("model", "model", "Build and warm up the local devnet model."),
+    ("devnet", "devnet", "Run the embedded devnet market end to end."),
+)
+
+_state = {"verbose": False}
+
+
+@app.callback()
+def main(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs."),
+) -> None:
+    """proofpool command line."""
+    _state["verbose"] = verbose
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def _mount() -> None:
+    for name, module, help_text in GROUPS:
+        try:
+            sub = importlib.import_module(f"proofpool.cli.{module}").app
+        except ModuleNotFoundError as exc:
+            if exc.name != f"proofpool.cli.{module}":
+                raise
+            continue
+        app.add_typer(sub, name=name, help=help_text)
+
+
+_mount()
+
+
+def run() -> None:
+    """Console-script entry point."""
+    try:
+        app(standalone_mode=False)
+    except ProofpoolError as exc:
+        if _state["verbose"]:
+            raise
+        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        sys.exit(1)
+    except typer.Abort:
+        Console(stderr=True).print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        raise
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,1 @@
+"""Verifiable tasks: problem generators and the reward functions validators recompute."""
