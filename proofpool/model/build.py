@@ -110,7 +110,11 @@ class ModelManifest:
 
 def settings_digest(*parts: object) -> str:
     """sha256 hex of the canonical JSON of `parts` (dataclasses as dicts) plus build version + vocab."""
-    payload = [BUILD_VERSION, list(VOCAB), *(asdict(p) if hasattr(p, "__dataclass_fields__") else p for p in parts)]  # type: ignore[call-overload]
+    payload = [
+        BUILD_VERSION,
+        list(VOCAB),
+        *(asdict(p) if hasattr(p, "__dataclass_fields__") else p for p in parts),
+    ]  # type: ignore[call-overload]
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 

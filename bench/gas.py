@@ -1,0 +1,163 @@
+"""Gas used by each proofpool contract operation, measured on a fresh anvil.
+
+Prints one JSON line per operation and writes them to `bench/results/gas.jsonl`.
+Batch operations (attestWork, finalizeWork) are measured at batch sizes 1, 16 and 128 and
+reported per key as well. Targets (per the contract design): submitWork <= 90,000 gas;
+attestWork and finalizeWork per key at batch 128 <= 12,000 and <= 15,000 gas.
+
+Run: `make bench` or `.venv/bin/python bench/gas.py` (needs `make contracts` first).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from web3 import Web3
+
+from proofpool.chain.anvil import ANVIL_KEYS, start_anvil
+from proofpool.chain.artifacts import load_artifact
+from proofpool.chain.deploy import TOKEN, AddressBook, DeployParams, deploy_contracts, grant_role
+from proofpool.chain.rpc import connect
+from proofpool.chain.signing import sign_invite, sign_node_ownership
+from proofpool.chain.tx import TxSender
+
+RESULTS = Path(__file__).resolve().parent / "results" / "gas.jsonl"
+BATCHES = (1, 16, 128)
+TARGETS = {"submitWork": 90_000, "attestWork": 12_000, "finalizeWork": 15_000}
+"""Per-key targets; batch targets apply at batch 128."""
+DISPUTE_WINDOW = 3600
+
+
+@dataclass
+class Bench:
+    w3: Web3
+    book: AddressBook
+    senders: dict[str, TxSender]
+    rows: list[dict[str, Any]]
+
+    def contract(self, name: str) -> Any:
+        return self.w3.eth.contract(address=self.book.addresses[name], abi=load_artifact(name).abi)
+
+    def send(self, who: str, fn: Any) -> int:
+        return int(self.senders[who].send(fn)["gasUsed"])
+
+    def record(self, op: str, gas: int, batch: int | None = None) -> None:
+        row: dict[str, Any] = {"op": op, "gas": gas}
+        if batch is not None:
+            row["batch"] = batch
+            row["gas_per_key"] = gas // batch
+        target = TARGETS.get(op)
+        if target is not None and (batch is None or batch == BATCHES[-1]):
+            measured = row.get("gas_per_key", gas)
+            row["target"] = target
+            row["meets_target"] = measured <= target
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    def increase_time(self, seconds: int) -> None:
+        self.w3.provider.make_request("evm_increaseTime", [seconds])
+        self.w3.provider.make_request("evm_mine", [])
+
+
+def _work_key(i: int) -> bytes:
+    return Web3.keccak(text=f"rollout-{i}")
+
+
+def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
+    token, stake, registry, pool = (
+        bench.contract(n) for n in ("PoolToken", "StakeManager", "ComputeRegistry", "ComputePool")
+    )
+    chain_id = bench.w3.eth.chain_id
+    addr = {name: sender.address for name, sender in bench.senders.items()}
+    for who in ("provider", "provider2", "creator"):
+        bench.send("admin", token.functions.mint(addr[who], 10_000_000 * TOKEN))
+    bench.send("provider", token.functions.approve(bench.book.stake_manager, 2**256 - 1))
+    bench.send("provider2", token.functions.approve(bench.book.stake_manager, 2**256 - 1))
+    bench.send("creator", token.functions.approve(bench.book.compute_pool, 2**256 - 1))
+
+    bench.record("registerProvider", bench.send("provider", registry.functions.registerProvider()))
+    bench.record("stake", bench.send("provider", stake.functions.stake(1_000 * TOKEN)))
+    signature = sign_node_ownership(node, addr["provider"], chain_id, bench.book.compute_registry)
+    gas = bench.send("provider", registry.functions.addNode(node.address, 8, b"\x11" * 32, signature))
+    bench.record("addNode", gas)
+
+    bench.send("provider2", registry.functions.registerProvider())
+    bench.send("provider2", stake.functions.stake(1_000 * TOKEN))
+    signature = sign_node_ownership(node2, addr["provider2"], chain_id, bench.book.compute_registry)
+    bench.send("provider2", registry.functions.addNode(node2.address, 1, b"\x22" * 32, signature))
+
+    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10,
+              200 * TOKEN, DISPUTE_WINDOW, 2_000)  # fmt: skip
+    bench.record("createPool", bench.send("creator", pool.functions.createPool(params)))
+    bench.record("fundPool", bench.send("creator", pool.functions.fundPool(1, 1_000_000 * TOKEN)))
+    bench.record("startPool", bench.send("creator", pool.functions.startPool(1)))
+
+    manager = Account.from_key(ANVIL_KEYS[3])
+    expiry = bench.w3.eth.get_block("latest")["timestamp"] + 3600
+    for nonce, (who, member) in enumerate((("provider", node), ("provider2", node2))):
+        invite = sign_invite(manager, 1, member.address, nonce, expiry, chain_id, bench.book.compute_pool)
+        gas = bench.send(who, pool.functions.joinPool(1, member.address, nonce, expiry, invite.signature))
+        if who == "provider":
+            bench.record("joinPool", gas)
+
+    total = sum(BATCHES)
+    submit_gas = [
+        bench.send("node", pool.functions.submitWork(1, node.address, _work_key(i), 4096, 1)) for i in range(total)
+    ]
+    bench.record("submitWork", max(submit_gas))
+
+    start = 0
+    for size in BATCHES:
+        keys = [_work_key(i) for i in range(start, start + size)]
+        bench.record("attestWork", bench.send("validator", pool.functions.attestWork(1, keys)), size)
+        start += size
+
+    bad_key = Web3.keccak(text="forged-rollout")
+    bench.send("node2", pool.functions.submitWork(1, node2.address, bad_key, 4096, 1))
+    reason = b"toploc_mismatch".ljust(32, b"\x00")
+    bench.record("invalidateWork", bench.send("validator", pool.functions.invalidateWork(1, bad_key, reason)))
+
+    bench.increase_time(DISPUTE_WINDOW)
+    start = 0
+    for size in BATCHES:
+        keys = [_work_key(i) for i in range(start, start + size)]
+        bench.record("finalizeWork", bench.send("anyone", pool.functions.finalizeWork(1, keys)), size)
+        start += size
+
+    bench.record("withdrawRewards", bench.send("provider", pool.functions.withdrawRewards()))
+    manifest = Web3.keccak(text="manifest-1")
+    gas = bench.send("manager", pool.functions.publishCheckpoint(1, 1, manifest, "s3://ckpt/1/manifest.json"))
+    bench.record("publishCheckpoint", gas)
+    bench.record("unbond", bench.send("provider2", stake.functions.unbond(100 * TOKEN)))
+
+
+def main() -> int:
+    with start_anvil() as anvil:
+        w3 = connect(anvil.url)
+        names = ("admin", "provider", "provider2", "manager", "creator", "validator", "anyone")
+        senders = {name: TxSender(w3, Account.from_key(ANVIL_KEYS[i])) for i, name in enumerate(names)}
+        node, node2 = (Account.from_key(Web3.keccak(text=f"bench-node-{i}")) for i in range(2))
+        senders["node"], senders["node2"] = TxSender(w3, node), TxSender(w3, node2)
+        senders["treasury"] = TxSender(w3, Account.from_key(Web3.keccak(text="bench-treasury")))
+        for account in (node, node2):
+            senders["admin"].transfer_eth(account.address, 10 * 10**18)
+        book = deploy_contracts(w3, senders["admin"], DeployParams())
+        grant_role(w3, senders["admin"], book, "VALIDATOR_ROLE", senders["validator"].address)
+        bench = Bench(w3=w3, book=book, senders=senders, rows=[])
+        run(bench, node, node2)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("".join(json.dumps(row) + "\n" for row in bench.rows))
+    missed = [row for row in bench.rows if row.get("meets_target") is False]
+    for row in missed:
+        print(f"target missed: {row}", file=sys.stderr)
+    return 1 if missed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,597 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+import {AccessControl} from "@openzeppelin/contracts/access/AccessControl.sol";
+import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
+import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
+import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
+import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
+
+import {IComputePool} from "./interfaces/IComputePool.sol";
+import {IComputeRegistry} from "./interfaces/IComputeRegistry.sol";
+import {IStakeManager} from "./interfaces/IStakeManager.sol";
+
+/// @title ComputePool
+/// @notice Compute pools, membership, submissions, verdicts and rewards. See {IComputePool}.
+/// @dev Gas layout: a submission is two storage slots. `WorkHead` (status, validator, statusSince,
+/// submittedAt) is the only slot attestWork and finalizeWork write; `WorkBody` (node, units, version) is
+/// written once. The provider is read from the membership record bound at join, not from the registry.
+contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
+    using SafeERC20 for IERC20;
+
+    /// @notice Role allowed to attest and invalidate work.
+    bytes32 public constant VALIDATOR_ROLE = keccak256("VALIDATOR_ROLE");
+
+    /// @notice EIP-712 type hash of Invite(uint256 poolId,address node,uint256 nonce,uint256 expiry).
+    bytes32 public constant INVITE_TYPEHASH = keccak256("Invite(uint256 poolId,address node,uint256 nonce,uint256 expiry)");
+
+    uint256 private constant _BPS = 10_000;
+
+    struct Pool {
+        address creator;
+        PoolStatus status;
+        uint64 disputeWindow;
+        uint16 validatorSlashShareBps;
+        address manager;
+        address treasury;
+        uint256 rewardPerUnit;
+        uint256 validatorFee;
+        uint256 slashAmount;
+        uint256 budget;
+        string modelUri;
+    }
+
+    struct Member {
+        address provider;
+        MemberState state;
+        bool blacklisted;
+        uint40 since;
+    }
+
+    struct WorkHead {
+        WorkStatus status;
+        address validator;
+        uint40 statusSince;
+        uint40 submittedAt;
+    }
+
+    struct WorkBody {
+        address node;
+        uint64 workUnits;
+        uint32 modelVersion;
+    }
+
+    struct Work {
+        WorkHead head;
+        WorkBody body;
+    }
+
+    struct Checkpoint {
+        uint32 version;
+        uint40 publishedAt;
+        bytes32 manifestSha256;
+        string uri;
+    }
+
+    /// @dev Pool values a finalizeWork batch reads once and the budget it carries between keys.
+    struct Settlement {
+        uint256 poolId;
+        uint64 disputeWindow;
+        uint256 rewardPerUnit;
+        uint256 validatorFee;
+        uint256 budget;
+    }
+
+    IERC20 private immutable _token;
+    IStakeManager private immutable _stakeManager;
+    IComputeRegistry private immutable _registry;
+
+    uint256 private _poolCount;
+    mapping(uint256 poolId => Pool) private _pools;
+    mapping(uint256 poolId => mapping(address node => Member)) private _members;
+    mapping(uint256 poolId => mapping(bytes32 workKey => Work)) private _work;
+    mapping(uint256 poolId => Checkpoint) private _checkpoints;
+    mapping(bytes32 digest => bool) private _usedInvites;
+    mapping(address account => uint256) private _rewards;
+
+    /// @param token_ The reward token (must be the StakeManager's token: slashed stake is paid out here).
+    /// @param stakeManager_ The StakeManager; this contract needs its SLASHER_ROLE.
+    /// @param registry_ The ComputeRegistry.
+    /// @param admin Receives DEFAULT_ADMIN_ROLE (grants VALIDATOR_ROLE).
+    constructor(address token_, address stakeManager_, address registry_, address admin)
+        EIP712("ProofpoolComputePool", "1")
+    {
+        if (token_ == address(0) || stakeManager_ == address(0) || registry_ == address(0) || admin == address(0)) {
+            revert ComputePoolZeroAddress();
+        }
+        address stakeToken = IStakeManager(stakeManager_).token();
+        if (stakeToken != token_) revert ComputePoolTokenMismatch(token_, stakeToken);
+        _token = IERC20(token_);
+        _stakeManager = IStakeManager(stakeManager_);
+        _registry = IComputeRegistry(registry_);
+        _grantRole(DEFAULT_ADMIN_ROLE, admin);
+    }
+
+    // ------------------------------------------------------------------ pools
+
+    /// @inheritdoc IComputePool
+    function createPool(PoolParams calldata params) external returns (uint256 poolId) {
+        if (params.manager == address(0) || params.treasury == address(0)) revert ComputePoolZeroAddress();
+        uint64 period = _stakeManager.unbondingPeriod();
+        if (params.disputeWindow >= period) revert ComputePoolInvalidDisputeWindow(params.disputeWindow, period);
+        if (params.validatorSlashShareBps > _BPS) revert ComputePoolInvalidSlashShare(params.validatorSlashShareBps);
+
+        poolId = ++_poolCount;
+        Pool storage pool = _pools[poolId];
+        pool.creator = _msgSender();
+        pool.status = PoolStatus.Created;
+        pool.disputeWindow = params.disputeWindow;
+        pool.validatorSlashShareBps = params.validatorSlashShareBps;
+        pool.manager = params.manager;
+        pool.treasury = params.treasury;
+        pool.rewardPerUnit = params.rewardPerUnit;
+        pool.validatorFee = params.validatorFee;
+        pool.slashAmount = params.slashAmount;
+        pool.modelUri = params.modelUri;
+        emit PoolCreated(
+            poolId,
+            _msgSender(),
+            params.manager,
+            params.treasury,
+            params.modelUri,
+            params.rewardPerUnit,
+            params.validatorFee,
+            params.slashAmount,
+            params.disputeWindow,
+            params.validatorSlashShareBps
+        );
+    }
+
+    /// @inheritdoc IComputePool
+    function fundPool(uint256 poolId, uint256 amount) external nonReentrant {
+        Pool storage pool = _existingPool(poolId);
+        if (pool.status == PoolStatus.Closed) revert ComputePoolClosed(poolId);
+        if (amount == 0) revert ComputePoolZeroAmount();
+        uint256 budget = pool.budget + amount;
+        pool.budget = budget;
+        emit PoolFunded(poolId, _msgSender(), amount, budget);
+        _token.safeTransferFrom(_msgSender(), address(this), amount);
+    }
+
+    /// @inheritdoc IComputePool
+    function startPool(uint256 poolId) external {
+        Pool storage pool = _creatorOrManagerPool(poolId);
+        if (pool.status != PoolStatus.Created) revert ComputePoolAlreadyStarted(poolId, pool.status);
+        pool.status = PoolStatus.Active;
+        emit PoolStarted(poolId, _msgSender());
+    }
+
+    /// @inheritdoc IComputePool
+    function closePool(uint256 poolId) external {
+        Pool storage pool = _creatorOrManagerPool(poolId);
+        if (pool.status == PoolStatus.Closed) revert ComputePoolClosed(poolId);
+        pool.status = PoolStatus.Closed;
+        emit PoolClosed(poolId, _msgSender());
+    }
+
+    // ------------------------------------------------------------------ membership
+
+    /// @inheritdoc IComputePool
+    function joinPool(uint256 poolId, address node, uint256 nonce, uint256 expiry, bytes calldata signature)
+        external
+    {
+        bytes32 digest = _checkInvite(poolId, node, nonce, expiry, signature);
+        Member storage member = _members[poolId][node];
+        address provider = _checkJoin(poolId, node, member);
+        _usedInvites[digest] = true;
+        member.provider = provider;
+        member.state = MemberState.Active;
+        member.since = uint40(block.timestamp);
+        emit NodeJoined(poolId, node, provider, digest);
+    }
+
+    /// @inheritdoc IComputePool
+    function leavePool(uint256 poolId, address node) external {
+        Member storage member = _activeMember(poolId, node);
+        address provider = member.provider;
+        if (provider != _msgSender()) revert ComputePoolNotNodeProvider(poolId, node, _msgSender());
+        member.state = MemberState.Left;
+        member.since = uint40(block.timestamp);
+        emit NodeLeft(poolId, node, provider);
+    }
+
+    /// @inheritdoc IComputePool
+    function ejectNode(uint256 poolId, address node) external {
+        _onlyManager(poolId);
+        _eject(poolId, node, _activeMember(poolId, node));
+    }
+
+    /// @inheritdoc IComputePool
+    function blacklistNode(uint256 poolId, address node) external {
+        _onlyManager(poolId);
+        Member storage member = _members[poolId][node];
+        if (member.blacklisted) revert ComputePoolNodeAlreadyBlacklisted(poolId, node);
+        member.blacklisted = true;
+        emit NodeBlacklisted(poolId, node);
+        if (member.state == MemberState.Active) _eject(poolId, node, member);
+    }
+
+    // ------------------------------------------------------------------ work
+
+    /// @inheritdoc IComputePool
+    function submitWork(uint256 poolId, address node, bytes32 workKey, uint64 workUnits, uint32 modelVersion)
+        external
+    {
+        if (_msgSender() != node) revert ComputePoolCallerNotNode(node, _msgSender());
+        PoolStatus status = _pools[poolId].status;
+        if (status != PoolStatus.Active) revert ComputePoolNotActive(poolId, status);
+        Member memory member = _members[poolId][node];
+        if (member.state != MemberState.Active) revert ComputePoolNotMember(poolId, node);
+        if (_registry.activeNodeProvider(node) != member.provider) revert ComputePoolNodeInactive(node);
+        if (workUnits == 0) revert ComputePoolZeroWorkUnits(poolId, workKey);
+        Work storage work = _work[poolId][workKey];
+        if (work.head.status != WorkStatus.None) revert ComputePoolDuplicateWork(poolId, workKey);
+
+        uint40 now_ = uint40(block.timestamp);
+        work.head = WorkHead({status: WorkStatus.Pending, validator: address(0), statusSince: now_, submittedAt: now_});
+        work.body = WorkBody({node: node, workUnits: workUnits, modelVersion: modelVersion});
+        emit WorkSubmitted(poolId, workKey, node, member.provider, workUnits, modelVersion);
+    }
+
+    /// @inheritdoc IComputePool
+    function attestWork(uint256 poolId, bytes32[] calldata workKeys) external onlyRole(VALIDATOR_ROLE) {
+        uint256 count = workKeys.length;
+        if (count == 0) revert ComputePoolEmptyBatch(poolId);
+        mapping(bytes32 => Work) storage works = _work[poolId];
+        address validator = _msgSender();
+        uint40 now_ = uint40(block.timestamp);
+        for (uint256 i = 0; i < count; ++i) {
+            bytes32 workKey = workKeys[i];
+            WorkHead storage head = works[workKey].head;
+            WorkHead memory current = head;
+            if (current.status != WorkStatus.Pending) {
+                revert ComputePoolWorkNotPending(poolId, workKey, current.status);
+            }
+            works[workKey].head = WorkHead({
+                status: WorkStatus.Accepted,
+                validator: validator,
+                statusSince: now_,
+                submittedAt: current.submittedAt
+            });
+            emit WorkAttested(poolId, workKey, validator);
+        }
+    }
+
+    /// @inheritdoc IComputePool
+    function invalidateWork(uint256 poolId, bytes32 workKey, bytes32 reason)
+        external
+        onlyRole(VALIDATOR_ROLE)
+        nonReentrant
+    {
+        Pool storage pool = _pools[poolId];
+        Work storage work = _work[poolId][workKey];
+        WorkHead memory current = work.head;
+        if (current.status == WorkStatus.Accepted) {
+            uint64 closedAt = uint64(current.statusSince) + pool.disputeWindow;
+            if (block.timestamp >= closedAt) revert ComputePoolDisputeWindowClosed(poolId, workKey, closedAt);
+        } else if (current.status != WorkStatus.Pending) {
+            revert ComputePoolWorkNotDisputable(poolId, workKey, current.status);
+        }
+        address validator = _msgSender();
+        work.head = WorkHead({
+            status: WorkStatus.Invalid,
+            validator: validator,
+            statusSince: uint40(block.timestamp),
+            submittedAt: current.submittedAt
+        });
+        address node = work.body.node;
+        emit WorkInvalidated(poolId, workKey, node, validator, reason);
+
+        Member storage member = _members[poolId][node];
+        address provider = member.provider;
+        if (member.state != MemberState.Slashed) {
+            member.state = MemberState.Slashed;
+            member.since = uint40(block.timestamp);
+            emit NodeEjected(poolId, node, provider, true);
+        }
+        _distributeSlash(pool, poolId, workKey, provider, validator);
+    }
+
+    /// @inheritdoc IComputePool
+    function finalizeWork(uint256 poolId, bytes32[] calldata workKeys) external {
+        uint256 count = workKeys.length;
+        if (count == 0) revert ComputePoolEmptyBatch(poolId);
+        Pool storage pool = _pools[poolId];
+        Settlement memory settlement = Settlement({
+            poolId: poolId,
+            disputeWindow: pool.disputeWindow,
+            rewardPerUnit: pool.rewardPerUnit,
+            validatorFee: pool.validatorFee,
+            budget: pool.budget
+        });
+        mapping(bytes32 => Work) storage works = _work[poolId];
+        mapping(address => Member) storage members = _members[poolId];
+        for (uint256 i = 0; i < count; ++i) {
+            bytes32 workKey = workKeys[i];
+            _finalizeOne(settlement, workKey, works[workKey], members);
+        }
+        pool.budget = settlement.budget;
+    }
+
+    /// @inheritdoc IComputePool
+    function withdrawRewards() external nonReentrant returns (uint256 amount) {
+        address account = _msgSender();
+        amount = _rewards[account];
+        if (amount == 0) revert ComputePoolNothingToWithdraw(account);
+        _rewards[account] = 0;
+        emit RewardsWithdrawn(account, amount);
+        _token.safeTransfer(account, amount);
+    }
+
+    // ------------------------------------------------------------------ checkpoints
+
+    /// @inheritdoc IComputePool
+    function publishCheckpoint(uint256 poolId, uint32 version, bytes32 manifestSha256, string calldata uri)
+        external
+    {
+        _onlyManager(poolId);
+        Checkpoint storage checkpoint = _checkpoints[poolId];
+        if (checkpoint.publishedAt != 0 && version <= checkpoint.version) {
+            revert ComputePoolCheckpointVersionNotIncreasing(poolId, checkpoint.version, version);
+        }
+        checkpoint.version = version;
+        checkpoint.publishedAt = uint40(block.timestamp);
+        checkpoint.manifestSha256 = manifestSha256;
+        checkpoint.uri = uri;
+        emit CheckpointPublished(poolId, version, manifestSha256, uri);
+    }
+
+    // ------------------------------------------------------------------ views
+
+    /// @inheritdoc IComputePool
+    function getPool(uint256 poolId) external view returns (PoolInfo memory) {
+        Pool storage pool = _pools[poolId];
+        return PoolInfo({
+            creator: pool.creator,
+            manager: pool.manager,
+            treasury: pool.treasury,
+            status: pool.status,
+            modelUri: pool.modelUri,
+            rewardPerUnit: pool.rewardPerUnit,
+            validatorFee: pool.validatorFee,
+            slashAmount: pool.slashAmount,
+            disputeWindow: pool.disputeWindow,
+            validatorSlashShareBps: pool.validatorSlashShareBps,
+            budget: pool.budget
+        });
+    }
+
+    /// @inheritdoc IComputePool
+    function poolCount() external view returns (uint256) {
+        return _poolCount;
+    }
+
+    /// @inheritdoc IComputePool
+    function getMember(uint256 poolId, address node)
+        external
+        view
+        returns (address provider, MemberState state, bool blacklisted, uint64 since)
+    {
+        Member memory member = _members[poolId][node];
+        return (member.provider, member.state, member.blacklisted, member.since);
+    }
+
+    /// @inheritdoc IComputePool
+    function getWork(uint256 poolId, bytes32 workKey)
+        external
+        view
+        returns (
+            address node,
+            address provider,
+            WorkStatus status,
+            uint64 workUnits,
+            uint32 modelVersion,
+            uint64 submittedAt,
+            uint64 statusSince,
+            address validator
+        )
+    {
+        Work memory work = _work[poolId][workKey];
+        node = work.body.node;
+        provider = _members[poolId][node].provider;
+        status = work.head.status;
+        workUnits = work.body.workUnits;
+        modelVersion = work.body.modelVersion;
+        submittedAt = work.head.submittedAt;
+        statusSince = work.head.statusSince;
+        validator = work.head.validator;
+    }
+
+    /// @inheritdoc IComputePool
+    function rewardBalance(address account) external view returns (uint256) {
+        return _rewards[account];
+    }
+
+    /// @inheritdoc IComputePool
+    function isBlacklisted(uint256 poolId, address node) external view returns (bool) {
+        return _members[poolId][node].blacklisted;
+    }
+
+    /// @inheritdoc IComputePool
+    function latestCheckpoint(uint256 poolId)
+        external
+        view
+        returns (uint32 version, bytes32 manifestSha256, string memory uri, uint64 publishedAt)
+    {
+        Checkpoint storage checkpoint = _checkpoints[poolId];
+        return (checkpoint.version, checkpoint.manifestSha256, checkpoint.uri, checkpoint.publishedAt);
+    }
+
+    /// @inheritdoc IComputePool
+    function inviteDigest(uint256 poolId, address node, uint256 nonce, uint256 expiry)
+        external
+        view
+        returns (bytes32)
+    {
+        return _inviteDigest(poolId, node, nonce, expiry);
+    }
+
+    /// @inheritdoc IComputePool
+    function isInviteUsed(bytes32 digest) external view returns (bool) {
+        return _usedInvites[digest];
+    }
+
+    /// @inheritdoc IComputePool
+    function token() external view returns (address) {
+        return address(_token);
+    }
+
+    /// @inheritdoc IComputePool
+    function stakeManager() external view returns (address) {
+        return address(_stakeManager);
+    }
+
+    /// @inheritdoc IComputePool
+    function registry() external view returns (address) {
+        return address(_registry);
+    }
+
+    // ------------------------------------------------------------------ internals
+
+    function _existingPool(uint256 poolId) private view returns (Pool storage pool) {
+        pool = _pools[poolId];
+        if (pool.status == PoolStatus.None) revert ComputePoolUnknownPool(poolId);
+    }
+
+    function _creatorOrManagerPool(uint256 poolId) private view returns (Pool storage pool) {
+        pool = _existingPool(poolId);
+        if (_msgSender() != pool.creator && _msgSender() != pool.manager) {
+            revert ComputePoolNotCreatorOrManager(poolId, _msgSender());
+        }
+    }
+
+    function _onlyManager(uint256 poolId) private view {
+        if (_msgSender() != _pools[poolId].manager) revert ComputePoolNotManager(poolId, _msgSender());
+    }
+
+    function _activeMember(uint256 poolId, address node) private view returns (Member storage member) {
+        member = _members[poolId][node];
+        if (member.state != MemberState.Active) revert ComputePoolNotMember(poolId, node);
+    }
+
+    function _eject(uint256 poolId, address node, Member storage member) private {
+        member.state = MemberState.Ejected;
+        member.since = uint40(block.timestamp);
+        emit NodeEjected(poolId, node, member.provider, false);
+    }
+
+    function _inviteDigest(uint256 poolId, address node, uint256 nonce, uint256 expiry)
+        private
+        view
+        returns (bytes32)
+    {
+        return _hashTypedDataV4(keccak256(abi.encode(INVITE_TYPEHASH, poolId, node, nonce, expiry)));
+    }
+
+    /// @dev Expiry first, then single use, then the signer; returns the invite digest.
+    function _checkInvite(uint256 poolId, address node, uint256 nonce, uint256 expiry, bytes calldata signature)
+        private
+        view
+        returns (bytes32 digest)
+    {
+        if (block.timestamp > expiry) revert ComputePoolInviteExpired(poolId, node, expiry);
+        digest = _inviteDigest(poolId, node, nonce, expiry);
+        if (_usedInvites[digest]) revert ComputePoolInviteAlreadyUsed(digest);
+        address manager = _pools[poolId].manager;
+        (address recovered, ECDSA.RecoverError err, ) = ECDSA.tryRecoverCalldata(digest, signature);
+        // A successful recovery never yields address(0), so an unknown pool (manager 0) is refused too.
+        if (err != ECDSA.RecoverError.NoError || recovered != manager) {
+            revert ComputePoolInvalidInviteSigner(poolId, recovered, manager);
+        }
+    }
+
+    /// @dev Blacklist and slash, registry and caller, pool status, membership; returns the provider.
+    function _checkJoin(uint256 poolId, address node, Member storage member) private view returns (address provider) {
+        Member memory current = member;
+        if (current.blacklisted) revert ComputePoolNodeBlacklisted(poolId, node);
+        if (current.state == MemberState.Slashed) revert ComputePoolNodeSlashed(poolId, node);
+        provider = _registry.activeNodeProvider(node);
+        if (provider == address(0)) revert ComputePoolNodeInactive(node);
+        if (provider != _msgSender()) revert ComputePoolNotNodeProvider(poolId, node, _msgSender());
+        PoolStatus status = _pools[poolId].status;
+        if (status != PoolStatus.Active) revert ComputePoolNotActive(poolId, status);
+        if (current.state == MemberState.Active) revert ComputePoolAlreadyMember(poolId, node);
+        if (current.provider != address(0) && current.provider != provider) {
+            revert ComputePoolProviderMismatch(poolId, node, current.provider, provider);
+        }
+    }
+
+    function _finalizeOne(
+        Settlement memory settlement,
+        bytes32 workKey,
+        Work storage work,
+        mapping(address => Member) storage members
+    ) private {
+        WorkHead memory head = work.head;
+        if (head.status != WorkStatus.Accepted) {
+            revert ComputePoolWorkNotAccepted(settlement.poolId, workKey, head.status);
+        }
+        uint64 finalizableAt = uint64(head.statusSince) + settlement.disputeWindow;
+        if (block.timestamp < finalizableAt) {
+            revert ComputePoolDisputeWindowOpen(settlement.poolId, workKey, finalizableAt);
+        }
+        WorkBody memory body = work.body;
+        Member storage member = members[body.node];
+        if (member.state == MemberState.Slashed) {
+            head.status = WorkStatus.Forfeited;
+            head.statusSince = uint40(block.timestamp);
+            work.head = head;
+            emit WorkForfeited(settlement.poolId, workKey, body.node);
+            return;
+        }
+        _pay(settlement, workKey, body, member.provider, head.validator);
+        head.status = WorkStatus.Finalized;
+        head.statusSince = uint40(block.timestamp);
+        work.head = head;
+    }
+
+    /// @dev Takes reward + fee of one submission from the batch budget and credits provider and validator.
+    function _pay(
+        Settlement memory settlement,
+        bytes32 workKey,
+        WorkBody memory body,
+        address provider,
+        address validator
+    ) private {
+        uint256 reward = uint256(body.workUnits) * settlement.rewardPerUnit;
+        uint256 fee = settlement.validatorFee;
+        uint256 needed = reward + fee;
+        if (needed > settlement.budget) {
+            revert ComputePoolBudgetExhausted(settlement.poolId, needed, settlement.budget);
+        }
+        unchecked {
+            // needed <= budget, checked above.
+            settlement.budget -= needed;
+        }
+        _rewards[provider] += reward;
+        _rewards[validator] += fee;
+        emit WorkFinalized(settlement.poolId, workKey, body.node, provider, reward, validator, fee);
+    }
+
+    function _distributeSlash(
+        Pool storage pool,
+        uint256 poolId,
+        bytes32 workKey,
+        address provider,
+        address validator
+    ) private {
+        uint256 slashed = _stakeManager.slash(provider, pool.slashAmount);
+        uint256 validatorShare = (slashed * pool.validatorSlashShareBps) / _BPS;
+        uint256 treasuryShare = slashed - validatorShare;
+        address treasury = pool.treasury;
+        _rewards[validator] += validatorShare;
+        emit SlashDistributed(poolId, workKey, provider, validator, validatorShare, treasury, treasuryShare);
+        if (treasuryShare > 0) _token.safeTransfer(treasury, treasuryShare);
+    }
+}

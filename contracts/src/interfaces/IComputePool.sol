@@ -1,0 +1,596 @@
+// SPDX-License-Identifier: Apache-2.0
+pragma solidity ^0.8.24;
+
+/// @title IComputePool
+/// @notice Compute pools: funded reward budgets, invite-only membership, work submissions keyed by the
+/// file's sha256, batch attestation by validators, invalidation with slashing, permissionless
+/// finalization after a dispute window, reward withdrawal and chain-anchored checkpoints.
+interface IComputePool {
+    /// @notice Life cycle of a pool: Created -> Active -> Closed (Created -> Closed also allowed).
+    enum PoolStatus {
+        None,
+        Created,
+        Active,
+        Closed
+    }
+
+    /// @notice State of a node in a pool. Slashed is terminal and forfeits the node's unfinalized work.
+    enum MemberState {
+        None,
+        Active,
+        Left,
+        Ejected,
+        Slashed
+    }
+
+    /// @notice Life cycle of a submission: Pending -> Accepted -> Finalized | Forfeited, or
+    /// Pending | Accepted (within the dispute window) -> Invalid.
+    enum WorkStatus {
+        None,
+        Pending,
+        Accepted,
+        Invalid,
+        Finalized,
+        Forfeited
+    }
+
+    /// @notice Parameters of a new pool.
+    /// @param manager Key that signs invites, ejects/blacklists nodes and publishes checkpoints.
+    /// @param treasury Receives the non-validator share of slashed stake.
+    /// @param modelUri Model / task set description (off-chain URI).
+    /// @param rewardPerUnit Provider reward per finalized work unit.
+    /// @param validatorFee Fee per finalized submission paid to its attesting validator.
+    /// @param slashAmount Stake taken from the provider per invalidated submission.
+    /// @param disputeWindow Seconds after attestation before work can be finalized; < unbonding period.
+    /// @param validatorSlashShareBps Share of slashed stake credited to the reporting validator (<= 10000).
+    struct PoolParams {
+        address manager;
+        address treasury;
+        string modelUri;
+        uint256 rewardPerUnit;
+        uint256 validatorFee;
+        uint256 slashAmount;
+        uint64 disputeWindow;
+        uint16 validatorSlashShareBps;
+    }
+
+    /// @notice A pool as returned by {getPool}.
+    struct PoolInfo {
+        address creator;
+        address manager;
+        address treasury;
+        PoolStatus status;
+        string modelUri;
+        uint256 rewardPerUnit;
+        uint256 validatorFee;
+        uint256 slashAmount;
+        uint64 disputeWindow;
+        uint16 validatorSlashShareBps;
+        uint256 budget;
+    }
+
+    /// @notice Pool `poolId` was created by `creator`.
+    /// @param poolId The new pool id (from 1).
+    /// @param creator The caller.
+    /// @param manager The pool's manager key.
+    /// @param treasury Receiver of slashed stake.
+    /// @param modelUri Model / task set URI.
+    /// @param rewardPerUnit Reward per work unit.
+    /// @param validatorFee Fee per finalized submission.
+    /// @param slashAmount Slash per invalid submission.
+    /// @param disputeWindow Dispute window in seconds.
+    /// @param validatorSlashShareBps Validator share of slashed stake in basis points.
+    event PoolCreated(
+        uint256 indexed poolId,
+        address indexed creator,
+        address indexed manager,
+        address treasury,
+        string modelUri,
+        uint256 rewardPerUnit,
+        uint256 validatorFee,
+        uint256 slashAmount,
+        uint64 disputeWindow,
+        uint16 validatorSlashShareBps
+    );
+
+    /// @notice `funder` added `amount` to the budget of `poolId`.
+    /// @param poolId The pool.
+    /// @param funder The caller.
+    /// @param amount Tokens added.
+    /// @param budget The budget after the call.
+    event PoolFunded(uint256 indexed poolId, address indexed funder, uint256 amount, uint256 budget);
+
+    /// @notice Pool `poolId` became Active.
+    /// @param poolId The pool.
+    /// @param by The creator or manager.
+    event PoolStarted(uint256 indexed poolId, address indexed by);
+
+    /// @notice Pool `poolId` was closed: no more joins or submissions; pending work still settles.
+    /// @param poolId The pool.
+    /// @param by The creator or manager.
+    event PoolClosed(uint256 indexed poolId, address indexed by);
+
+    /// @notice `node` of `provider` joined `poolId` with the invite `inviteDigest`.
+    /// @param poolId The pool.
+    /// @param node The node.
+    /// @param provider The node's provider (bound to the node in this pool from now on).
+    /// @param inviteDigest The consumed invite's EIP-712 digest.
+    event NodeJoined(uint256 indexed poolId, address indexed node, address indexed provider, bytes32 inviteDigest);
+
+    /// @notice `node` left `poolId` (by its provider).
+    /// @param poolId The pool.
+    /// @param node The node.
+    /// @param provider The node's provider.
+    event NodeLeft(uint256 indexed poolId, address indexed node, address indexed provider);
+
+    /// @notice `node` was removed from `poolId`: by the manager (`slashed` false) or for invalid
+    /// work (`slashed` true, terminal; its unfinalized work is forfeited).
+    /// @param poolId The pool.
+    /// @param node The node.
+    /// @param provider The node's provider.
+    /// @param slashed True when ejected by an invalidation.
+    event NodeEjected(uint256 indexed poolId, address indexed node, address indexed provider, bool slashed);
+
+    /// @notice The manager blacklisted `node` in `poolId`; it can no longer join.
+    /// @param poolId The pool.
+    /// @param node The node.
+    event NodeBlacklisted(uint256 indexed poolId, address indexed node);
+
+    /// @notice `node` submitted the file `workKey` (its sha256) to `poolId`; status Pending.
+    /// @param poolId The pool.
+    /// @param workKey sha256 of the rollout file.
+    /// @param node The submitting node.
+    /// @param provider The node's provider.
+    /// @param workUnits Claimed work units.
+    /// @param modelVersion Checkpoint version the rollouts were generated with.
+    event WorkSubmitted(
+        uint256 indexed poolId,
+        bytes32 indexed workKey,
+        address indexed node,
+        address provider,
+        uint64 workUnits,
+        uint32 modelVersion
+    );
+
+    /// @notice `validator` accepted `workKey`; its dispute window starts at this block's time.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param validator The VALIDATOR_ROLE holder.
+    event WorkAttested(uint256 indexed poolId, bytes32 indexed workKey, address indexed validator);
+
+    /// @notice `validator` invalidated `workKey` of `node` for `reason`.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param node The submitting node.
+    /// @param validator The reporting validator.
+    /// @param reason Reason code (e.g. a short ASCII code, right-padded).
+    event WorkInvalidated(
+        uint256 indexed poolId,
+        bytes32 indexed workKey,
+        address indexed node,
+        address validator,
+        bytes32 reason
+    );
+
+    /// @notice The stake slashed for `workKey` was split: `validatorShare` credited to `validator`'s
+    /// reward balance, `treasuryShare` transferred to `treasury`.
+    /// @param poolId The pool.
+    /// @param workKey The invalid submission.
+    /// @param provider The slashed provider.
+    /// @param validator The reporting validator.
+    /// @param validatorShare Tokens credited to the validator.
+    /// @param treasury The pool treasury.
+    /// @param treasuryShare Tokens transferred to the treasury.
+    event SlashDistributed(
+        uint256 indexed poolId,
+        bytes32 indexed workKey,
+        address indexed provider,
+        address validator,
+        uint256 validatorShare,
+        address treasury,
+        uint256 treasuryShare
+    );
+
+    /// @notice `workKey` was finalized: `reward` credited to `provider`, `validatorFee` to `validator`,
+    /// both taken from the pool budget.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param node The submitting node.
+    /// @param provider The node's provider.
+    /// @param reward workUnits * rewardPerUnit.
+    /// @param validator The attesting validator.
+    /// @param validatorFee The pool's validator fee.
+    event WorkFinalized(
+        uint256 indexed poolId,
+        bytes32 indexed workKey,
+        address indexed node,
+        address provider,
+        uint256 reward,
+        address validator,
+        uint256 validatorFee
+    );
+
+    /// @notice Accepted `workKey` of a slashed `node` was settled without payment.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param node The slashed node.
+    event WorkForfeited(uint256 indexed poolId, bytes32 indexed workKey, address indexed node);
+
+    /// @notice `account` withdrew `amount` of credited rewards, fees and slash shares.
+    /// @param account The caller.
+    /// @param amount Tokens transferred.
+    event RewardsWithdrawn(address indexed account, uint256 amount);
+
+    /// @notice Checkpoint `version` of `poolId` has the manifest `manifestSha256` at `uri`.
+    /// @param poolId The pool.
+    /// @param version The checkpoint version (strictly increasing per pool).
+    /// @param manifestSha256 sha256 of the checkpoint manifest.
+    /// @param uri Where the manifest is stored.
+    event CheckpointPublished(uint256 indexed poolId, uint32 indexed version, bytes32 manifestSha256, string uri);
+
+    /// @notice A zero address was given where a contract or account is needed.
+    error ComputePoolZeroAddress();
+
+    /// @notice The pool token differs from the StakeManager's token.
+    /// @param token The token given.
+    /// @param stakeToken The StakeManager's token.
+    error ComputePoolTokenMismatch(address token, address stakeToken);
+
+    /// @notice The dispute window must be shorter than the unbonding period (so slashing can reach
+    /// stake unbonded right after the work was accepted).
+    /// @param disputeWindow The refused window.
+    /// @param unbondingPeriod The StakeManager's unbonding period.
+    error ComputePoolInvalidDisputeWindow(uint64 disputeWindow, uint64 unbondingPeriod);
+
+    /// @notice The validator share of slashed stake exceeds 10000 basis points.
+    /// @param bps The refused share.
+    error ComputePoolInvalidSlashShare(uint16 bps);
+
+    /// @notice No pool has id `poolId`.
+    /// @param poolId The pool id.
+    error ComputePoolUnknownPool(uint256 poolId);
+
+    /// @notice A zero amount was given.
+    error ComputePoolZeroAmount();
+
+    /// @notice Pool `poolId` is closed.
+    /// @param poolId The pool.
+    error ComputePoolClosed(uint256 poolId);
+
+    /// @notice `caller` is neither the creator nor the manager of `poolId`.
+    /// @param poolId The pool.
+    /// @param caller The caller.
+    error ComputePoolNotCreatorOrManager(uint256 poolId, address caller);
+
+    /// @notice `caller` is not the manager of `poolId`.
+    /// @param poolId The pool.
+    /// @param caller The caller.
+    error ComputePoolNotManager(uint256 poolId, address caller);
+
+    /// @notice Pool `poolId` is not in status Created.
+    /// @param poolId The pool.
+    /// @param status Its status.
+    error ComputePoolAlreadyStarted(uint256 poolId, PoolStatus status);
+
+    /// @notice Pool `poolId` is not Active.
+    /// @param poolId The pool.
+    /// @param status Its status.
+    error ComputePoolNotActive(uint256 poolId, PoolStatus status);
+
+    /// @notice The invite expired at `expiry`.
+    /// @param poolId The pool.
+    /// @param node The invited node.
+    /// @param expiry The invite's expiry (unix time).
+    error ComputePoolInviteExpired(uint256 poolId, address node, uint256 expiry);
+
+    /// @notice The invite with digest `digest` was used already.
+    /// @param digest The invite's EIP-712 digest.
+    error ComputePoolInviteAlreadyUsed(bytes32 digest);
+
+    /// @notice The invite was signed by `recovered`, not by the pool's `manager`.
+    /// @param poolId The pool.
+    /// @param recovered The recovered signer (zero for a malformed signature).
+    /// @param manager The pool's manager.
+    error ComputePoolInvalidInviteSigner(uint256 poolId, address recovered, address manager);
+
+    /// @notice `node` is blacklisted in `poolId`.
+    /// @param poolId The pool.
+    /// @param node The node.
+    error ComputePoolNodeBlacklisted(uint256 poolId, address node);
+
+    /// @notice `node` was slashed in `poolId` and cannot rejoin it.
+    /// @param poolId The pool.
+    /// @param node The node.
+    error ComputePoolNodeSlashed(uint256 poolId, address node);
+
+    /// @notice `node` is not active in the ComputeRegistry (or no longer under its pool provider).
+    /// @param node The node.
+    error ComputePoolNodeInactive(address node);
+
+    /// @notice `caller` is not the provider of `node`.
+    /// @param poolId The pool.
+    /// @param node The node.
+    /// @param caller The caller.
+    error ComputePoolNotNodeProvider(uint256 poolId, address node, address caller);
+
+    /// @notice `node` is an active member of `poolId` already.
+    /// @param poolId The pool.
+    /// @param node The node.
+    error ComputePoolAlreadyMember(uint256 poolId, address node);
+
+    /// @notice `node` is bound to `boundProvider` in `poolId`; it cannot rejoin under `provider`.
+    /// @param poolId The pool.
+    /// @param node The node.
+    /// @param boundProvider The provider it first joined with.
+    /// @param provider The node's current provider.
+    error ComputePoolProviderMismatch(uint256 poolId, address node, address boundProvider, address provider);
+
+    /// @notice `node` is not an active member of `poolId`.
+    /// @param poolId The pool.
+    /// @param node The node.
+    error ComputePoolNotMember(uint256 poolId, address node);
+
+    /// @notice `node` is blacklisted in `poolId` already.
+    /// @param poolId The pool.
+    /// @param node The node.
+    error ComputePoolNodeAlreadyBlacklisted(uint256 poolId, address node);
+
+    /// @notice Work must be submitted by the node's own key.
+    /// @param node The node named in the call.
+    /// @param caller The caller.
+    error ComputePoolCallerNotNode(address node, address caller);
+
+    /// @notice A submission must claim at least one work unit.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    error ComputePoolZeroWorkUnits(uint256 poolId, bytes32 workKey);
+
+    /// @notice `workKey` was submitted to `poolId` already.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    error ComputePoolDuplicateWork(uint256 poolId, bytes32 workKey);
+
+    /// @notice A batch must hold at least one work key.
+    /// @param poolId The pool.
+    error ComputePoolEmptyBatch(uint256 poolId);
+
+    /// @notice `workKey` is in `status`, not Pending.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param status Its status.
+    error ComputePoolWorkNotPending(uint256 poolId, bytes32 workKey, WorkStatus status);
+
+    /// @notice `workKey` is in `status`; only Pending or Accepted work can be invalidated.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param status Its status.
+    error ComputePoolWorkNotDisputable(uint256 poolId, bytes32 workKey, WorkStatus status);
+
+    /// @notice The dispute window of accepted `workKey` closed at `closedAt`.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param closedAt attestedAt + disputeWindow.
+    error ComputePoolDisputeWindowClosed(uint256 poolId, bytes32 workKey, uint64 closedAt);
+
+    /// @notice `workKey` is in `status`, not Accepted.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param status Its status.
+    error ComputePoolWorkNotAccepted(uint256 poolId, bytes32 workKey, WorkStatus status);
+
+    /// @notice `workKey` can be finalized only from `finalizableAt`.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param finalizableAt attestedAt + disputeWindow.
+    error ComputePoolDisputeWindowOpen(uint256 poolId, bytes32 workKey, uint64 finalizableAt);
+
+    /// @notice The pool budget holds `available`, the batch needs `needed` up to the failing key.
+    /// @param poolId The pool.
+    /// @param needed Reward plus fees required.
+    /// @param available Budget left.
+    error ComputePoolBudgetExhausted(uint256 poolId, uint256 needed, uint256 available);
+
+    /// @notice `account` has no credited balance.
+    /// @param account The caller.
+    error ComputePoolNothingToWithdraw(address account);
+
+    /// @notice Checkpoint versions must increase: `proposed` <= `latest`.
+    /// @param poolId The pool.
+    /// @param latest The latest published version.
+    /// @param proposed The refused version.
+    error ComputePoolCheckpointVersionNotIncreasing(uint256 poolId, uint32 latest, uint32 proposed);
+
+    /// @notice Creates a pool in status Created; the caller becomes its creator. Emits {PoolCreated}.
+    /// @param params The pool parameters.
+    /// @return poolId The new pool id (ids start at 1).
+    function createPool(PoolParams calldata params) external returns (uint256 poolId);
+
+    /// @notice Adds `amount` to the budget of `poolId`, pulling tokens from the caller (approve first).
+    /// Anyone may fund a pool that is not closed. Emits {PoolFunded}.
+    /// @param poolId The pool.
+    /// @param amount Tokens to add (> 0).
+    function fundPool(uint256 poolId, uint256 amount) external;
+
+    /// @notice Opens `poolId` for joins and submissions. Creator or manager only. Emits {PoolStarted}.
+    /// @param poolId A pool in status Created.
+    function startPool(uint256 poolId) external;
+
+    /// @notice Closes `poolId` to joins and submissions; submitted work still settles. Creator or
+    /// manager only. Emits {PoolClosed}.
+    /// @param poolId A pool not yet closed.
+    function closePool(uint256 poolId) external;
+
+    /// @notice Joins `node` to `poolId` with an invite signed by the pool manager. The caller must be the
+    /// node's provider in the registry. Checked in order: expiry, single use, signer, blacklist and
+    /// slash, registry, pool status, membership. Emits {NodeJoined}.
+    /// @param poolId The pool.
+    /// @param node The node.
+    /// @param nonce Invite nonce chosen by the manager (makes each invite unique).
+    /// @param expiry Unix time after which the invite is refused.
+    /// @param signature The manager's EIP-712 signature over Invite(poolId,node,nonce,expiry).
+    function joinPool(uint256 poolId, address node, uint256 nonce, uint256 expiry, bytes calldata signature)
+        external;
+
+    /// @notice Removes `node` from `poolId` at its provider's request. Its submitted work still settles.
+    /// Emits {NodeLeft}.
+    /// @param poolId The pool.
+    /// @param node An active member whose provider is the caller.
+    function leavePool(uint256 poolId, address node) external;
+
+    /// @notice Removes `node` from `poolId`. Manager only. Its submitted work still settles.
+    /// Emits {NodeEjected} with slashed false.
+    /// @param poolId The pool.
+    /// @param node An active member.
+    function ejectNode(uint256 poolId, address node) external;
+
+    /// @notice Bars `node` from `poolId` (ejecting it if it is a member). Manager only.
+    /// Emits {NodeBlacklisted} (and {NodeEjected} for a member).
+    /// @param poolId The pool.
+    /// @param node Any node address.
+    function blacklistNode(uint256 poolId, address node) external;
+
+    /// @notice Records a submission (status Pending). The caller must be `node` itself, an active member
+    /// of the active pool and still active under the same provider in the registry. Emits {WorkSubmitted}.
+    /// @param poolId The pool.
+    /// @param node The node (== msg.sender).
+    /// @param workKey sha256 of the uploaded file; unique per pool.
+    /// @param workUnits Claimed work units (> 0).
+    /// @param modelVersion Checkpoint version used.
+    function submitWork(uint256 poolId, address node, bytes32 workKey, uint64 workUnits, uint32 modelVersion)
+        external;
+
+    /// @notice Accepts Pending submissions; each key's dispute window starts now. Needs VALIDATOR_ROLE.
+    /// Reverts for the whole batch if one key is not Pending. Emits {WorkAttested} per key.
+    /// @param poolId The pool.
+    /// @param workKeys Non-empty list of Pending submissions.
+    function attestWork(uint256 poolId, bytes32[] calldata workKeys) external;
+
+    /// @notice Marks a Pending submission, or an Accepted one within its dispute window, Invalid; ejects
+    /// the node as Slashed (forfeiting its other unfinalized work), slashes the provider by the pool's
+    /// slashAmount (unbonding first) and splits the slashed tokens between the caller (credited) and the
+    /// pool treasury (transferred). Needs VALIDATOR_ROLE.
+    /// Emits {WorkInvalidated}, {NodeEjected} (first slash of the node), {SlashDistributed}.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param reason Reason code.
+    function invalidateWork(uint256 poolId, bytes32 workKey, bytes32 reason) external;
+
+    /// @notice Settles Accepted submissions whose dispute window passed: credits the provider
+    /// workUnits * rewardPerUnit and the attesting validator the pool's validatorFee from the budget,
+    /// or, for a slashed node, pays nothing (Forfeited). Anyone may call. Reverts for the whole batch
+    /// on the first key that is not Accepted, still in its window, or not covered by the budget.
+    /// Emits {WorkFinalized} or {WorkForfeited} per key.
+    /// @param poolId The pool.
+    /// @param workKeys Non-empty list of Accepted submissions.
+    function finalizeWork(uint256 poolId, bytes32[] calldata workKeys) external;
+
+    /// @notice Transfers the caller's whole credited balance (rewards, fees, slash shares).
+    /// Emits {RewardsWithdrawn}.
+    /// @return amount Tokens transferred.
+    function withdrawRewards() external returns (uint256 amount);
+
+    /// @notice Anchors checkpoint `version` of `poolId`. Manager only; versions strictly increase (the
+    /// first may be 0). Emits {CheckpointPublished}.
+    /// @param poolId The pool.
+    /// @param version The checkpoint version.
+    /// @param manifestSha256 sha256 of the manifest file.
+    /// @param uri Where the manifest is stored.
+    function publishCheckpoint(uint256 poolId, uint32 version, bytes32 manifestSha256, string calldata uri)
+        external;
+
+    /// @notice The pool record.
+    /// @param poolId The pool.
+    /// @return The pool (status None if it does not exist).
+    function getPool(uint256 poolId) external view returns (PoolInfo memory);
+
+    /// @notice Number of pools created (the last pool id).
+    /// @return The pool count.
+    function poolCount() external view returns (uint256);
+
+    /// @notice Membership of `node` in `poolId`.
+    /// @param poolId The pool.
+    /// @param node The node.
+    /// @return provider Provider bound at first join (zero if never joined).
+    /// @return state Current member state.
+    /// @return blacklisted Whether the manager blacklisted the node.
+    /// @return since Unix time of the last state change.
+    function getMember(uint256 poolId, address node)
+        external
+        view
+        returns (address provider, MemberState state, bool blacklisted, uint64 since);
+
+    /// @notice A submission.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @return node The submitting node.
+    /// @return provider The node's provider in the pool.
+    /// @return status Current status.
+    /// @return workUnits Claimed work units.
+    /// @return modelVersion Checkpoint version used.
+    /// @return submittedAt Unix time of submission.
+    /// @return statusSince Unix time of the last status change (attestedAt while Accepted).
+    /// @return validator Validator that set the status (attester; reporter for Invalid).
+    function getWork(uint256 poolId, bytes32 workKey)
+        external
+        view
+        returns (
+            address node,
+            address provider,
+            WorkStatus status,
+            uint64 workUnits,
+            uint32 modelVersion,
+            uint64 submittedAt,
+            uint64 statusSince,
+            address validator
+        );
+
+    /// @notice Credited, withdrawable balance of `account`.
+    /// @param account The account.
+    /// @return The balance.
+    function rewardBalance(address account) external view returns (uint256);
+
+    /// @notice Whether `node` is blacklisted in `poolId`.
+    /// @param poolId The pool.
+    /// @param node The node.
+    /// @return True if blacklisted.
+    function isBlacklisted(uint256 poolId, address node) external view returns (bool);
+
+    /// @notice The latest published checkpoint of `poolId`.
+    /// @param poolId The pool.
+    /// @return version Its version.
+    /// @return manifestSha256 sha256 of its manifest.
+    /// @return uri Where the manifest is stored.
+    /// @return publishedAt Unix time of publication (0 if none was published).
+    function latestCheckpoint(uint256 poolId)
+        external
+        view
+        returns (uint32 version, bytes32 manifestSha256, string memory uri, uint64 publishedAt);
+
+    /// @notice The EIP-712 digest the pool manager signs to invite `node`.
+    /// @param poolId The pool.
+    /// @param node The invited node.
+    /// @param nonce Invite nonce.
+    /// @param expiry Invite expiry (unix time).
+    /// @return The typed-data digest for this chain and this contract.
+    function inviteDigest(uint256 poolId, address node, uint256 nonce, uint256 expiry)
+        external
+        view
+        returns (bytes32);
+
+    /// @notice Whether an invite digest was consumed.
+    /// @param digest The invite digest.
+    /// @return True if used.
+    function isInviteUsed(bytes32 digest) external view returns (bool);
+
+    /// @notice The reward token.
+    /// @return The token address.
+    function token() external view returns (address);
+
+    /// @notice The StakeManager this pool slashes through.
+    /// @return The stake manager address.
+    function stakeManager() external view returns (address);
+
+    /// @notice The ComputeRegistry consulted for nodes.
+    /// @return The registry address.
+    function registry() external view returns (address);
+}

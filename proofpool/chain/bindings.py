@@ -1,0 +1,406 @@
+"""Typed Python twins of the contract functions the apps call.
+
+Each binding wraps one deployed contract. Writes go through a `TxSender` (local signing,
+nonces, revert decoding) and return the receipt; reads return plain values or frozen
+dataclasses. Bindings never print or exit; addresses come from the address book.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any
+
+from eth_utils import to_checksum_address
+from web3 import Web3
+from web3.contract.contract import ContractFunction
+from web3.types import TxReceipt
+
+from proofpool.chain.artifacts import load_artifact
+from proofpool.chain.deploy import role_hash
+from proofpool.chain.errors import ChainError
+from proofpool.chain.events import ChainEvent, EventDecoder
+from proofpool.chain.signing import Invite
+from proofpool.chain.tx import TxSender
+
+
+class PoolStatus(IntEnum):
+    """Mirrors IComputePool.PoolStatus."""
+
+    NONE = 0
+    CREATED = 1
+    ACTIVE = 2
+    CLOSED = 3
+
+
+class MemberState(IntEnum):
+    """Mirrors IComputePool.MemberState."""
+
+    NONE = 0
+    ACTIVE = 1
+    LEFT = 2
+    EJECTED = 3
+    SLASHED = 4
+
+
+class WorkStatus(IntEnum):
+    """Mirrors IComputePool.WorkStatus."""
+
+    NONE = 0
+    PENDING = 1
+    ACCEPTED = 2
+    INVALID = 3
+    FINALIZED = 4
+    FORFEITED = 5
+
+
+@dataclass(frozen=True)
+class PoolParams:
+    """Parameters of `createPool` (see IComputePool.PoolParams)."""
+
+    manager: str
+    treasury: str
+    model_uri: str
+    reward_per_unit: int
+    validator_fee: int
+    slash_amount: int
+    dispute_window: int
+    validator_slash_share_bps: int
+
+    def as_tuple(self) -> tuple:
+        return (
+            to_checksum_address(self.manager),
+            to_checksum_address(self.treasury),
+            self.model_uri,
+            self.reward_per_unit,
+            self.validator_fee,
+            self.slash_amount,
+            self.dispute_window,
+            self.validator_slash_share_bps,
+        )
+
+
+@dataclass(frozen=True)
+class PoolInfo:
+    """A pool as returned by `getPool`."""
+
+    pool_id: int
+    creator: str
+    manager: str
+    treasury: str
+    status: PoolStatus
+    model_uri: str
+    reward_per_unit: int
+    validator_fee: int
+    slash_amount: int
+    dispute_window: int
+    validator_slash_share_bps: int
+    budget: int
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """A node as returned by `ComputeRegistry.getNode`."""
+
+    node: str
+    provider: str
+    compute_units: int
+    specs_hash: bytes
+    attested: bool
+    active: bool
+
+
+@dataclass(frozen=True)
+class Member:
+    """Membership of a node in a pool (`getMember`)."""
+
+    provider: str
+    state: MemberState
+    blacklisted: bool
+    since: int
+
+
+@dataclass(frozen=True)
+class Work:
+    """A submission (`getWork`)."""
+
+    node: str
+    provider: str
+    status: WorkStatus
+    work_units: int
+    model_version: int
+    submitted_at: int
+    status_since: int
+    validator: str
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The latest anchored checkpoint of a pool (`latestCheckpoint`)."""
+
+    version: int
+    manifest_sha256: bytes
+    uri: str
+    published_at: int
+
+
+def reason_code(text: str) -> bytes:
+    """A short ASCII reason code as the right-padded bytes32 the contract stores."""
+    raw = text.encode("ascii")
+    if len(raw) > 32:
+        raise ValueError(f"reason code longer than 32 bytes: {text!r}")
+    return raw.ljust(32, b"\x00")
+
+
+def reason_text(code: bytes) -> str:
+    """Inverse of `reason_code`."""
+    return code.rstrip(b"\x00").decode("ascii", errors="replace")
+
+
+class ContractBinding:
+    """Common part: the web3 contract object, an optional sender, and receipt decoding."""
+
+    contract_name: str = ""
+
+    def __init__(self, w3: Web3, address: str, sender: TxSender | None = None) -> None:
+        self.w3 = w3
+        self.address = to_checksum_address(address)
+        self.contract = w3.eth.contract(address=self.address, abi=load_artifact(self.contract_name).abi)
+        self.sender = sender
+        self._decoder = EventDecoder(w3, {self.contract_name: self.address})
+
+    def with_sender(self, sender: TxSender) -> ContractBinding:
+        """The same contract, sending from another account."""
+        return type(self)(self.w3, self.address, sender)
+
+    def _send(self, fn: ContractFunction) -> TxReceipt:
+        if self.sender is None:
+            raise ChainError(f"{self.contract_name} binding is read-only: it was built without a key")
+        return self.sender.send(fn)
+
+    def _call(self, fn: ContractFunction) -> Any:
+        if self.sender is not None:
+            return self.sender.call(fn)
+        return fn.call()
+
+    def events(self, receipt: TxReceipt) -> list[ChainEvent]:
+        """Events this contract emitted in `receipt`."""
+        return self._decoder.decode_receipt(receipt)
+
+    def role(self, name: str) -> bytes:
+        """The bytes32 id of an AccessControl role (e.g. "VALIDATOR_ROLE")."""
+        return role_hash(name)
+
+    def grant_role(self, role_name: str, account: str) -> TxReceipt:
+        return self._send(
+            self.contract.functions.grantRole(self.role(role_name), to_checksum_address(account))
+        )
+
+    def revoke_role(self, role_name: str, account: str) -> TxReceipt:
+        return self._send(
+            self.contract.functions.revokeRole(self.role(role_name), to_checksum_address(account))
+        )
+
+    def has_role(self, role_name: str, account: str) -> bool:
+        return bool(
+            self._call(self.contract.functions.hasRole(self.role(role_name), to_checksum_address(account)))
+        )
+
+
+class PoolToken(ContractBinding):
+    contract_name = "PoolToken"
+
+    def balance_of(self, account: str) -> int:
+        return int(self._call(self.contract.functions.balanceOf(to_checksum_address(account))))
+
+    def allowance(self, owner: str, spender: str) -> int:
+        fn = self.contract.functions.allowance(to_checksum_address(owner), to_checksum_address(spender))
+        return int(self._call(fn))
+
+    def approve(self, spender: str, amount: int) -> TxReceipt:
+        return self._send(self.contract.functions.approve(to_checksum_address(spender), amount))
+
+    def transfer(self, to: str, amount: int) -> TxReceipt:
+        return self._send(self.contract.functions.transfer(to_checksum_address(to), amount))
+
+    def mint(self, to: str, amount: int) -> TxReceipt:
+        return self._send(self.contract.functions.mint(to_checksum_address(to), amount))
+
+    def ensure_allowance(self, spender: str, amount: int) -> TxReceipt | None:
+        """Approve `amount` for `spender` unless the allowance already covers it."""
+        assert self.sender is not None
+        if self.allowance(self.sender.address, spender) >= amount:
+            return None
+        return self.approve(spender, amount)
+
+
+class StakeManager(ContractBinding):
+    contract_name = "StakeManager"
+
+    def stake(self, amount: int) -> TxReceipt:
+        return self._send(self.contract.functions.stake(amount))
+
+    def unbond(self, amount: int) -> TxReceipt:
+        return self._send(self.contract.functions.unbond(amount))
+
+    def withdraw(self) -> TxReceipt:
+        return self._send(self.contract.functions.withdraw())
+
+    def active_stake(self, provider: str) -> int:
+        return int(self._call(self.contract.functions.activeStake(to_checksum_address(provider))))
+
+    def unbonding(self, provider: str) -> tuple[int, int]:
+        """(amount, maturesAt) of the provider's unbonding bucket."""
+        amount, matures_at = self._call(self.contract.functions.unbonding(to_checksum_address(provider)))
+        return int(amount), int(matures_at)
+
+    def required_stake(self, provider: str) -> int:
+        return int(self._call(self.contract.functions.requiredStake(to_checksum_address(provider))))
+
+    def required_stake_for(self, compute_units: int) -> int:
+        return int(self._call(self.contract.functions.requiredStakeFor(compute_units)))
+
+    def unbonding_period(self) -> int:
+        return int(self._call(self.contract.functions.unbondingPeriod()))
+
+
+class ComputeRegistry(ContractBinding):
+    contract_name = "ComputeRegistry"
+
+    def register_provider(self) -> TxReceipt:
+        return self._send(self.contract.functions.registerProvider())
+
+    def add_node(self, node: str, compute_units: int, specs_hash: bytes, signature: bytes) -> TxReceipt:
+        fn = self.contract.functions.addNode(to_checksum_address(node), compute_units, specs_hash, signature)
+        return self._send(fn)
+
+    def remove_node(self, node: str) -> TxReceipt:
+        return self._send(self.contract.functions.removeNode(to_checksum_address(node)))
+
+    def attest_node(self, node: str) -> TxReceipt:
+        return self._send(self.contract.functions.attestNode(to_checksum_address(node)))
+
+    def get_node(self, node: str) -> NodeInfo:
+        provider, units, specs, attested, active = self._call(
+            self.contract.functions.getNode(to_checksum_address(node))
+        )
+        return NodeInfo(to_checksum_address(node), provider, int(units), bytes(specs), attested, active)
+
+    def provider_compute_units(self, provider: str) -> int:
+        return int(self._call(self.contract.functions.providerComputeUnits(to_checksum_address(provider))))
+
+    def is_provider(self, account: str) -> bool:
+        return bool(self._call(self.contract.functions.isProvider(to_checksum_address(account))))
+
+
+class ComputePool(ContractBinding):
+    contract_name = "ComputePool"
+
+    def create_pool(self, params: PoolParams) -> tuple[int, TxReceipt]:
+        """Create a pool; returns its id (read from the PoolCreated event) and the receipt."""
+        receipt = self._send(self.contract.functions.createPool(params.as_tuple()))
+        created = [e for e in self.events(receipt) if e.name == "PoolCreated"]
+        return int(created[0]["poolId"]), receipt
+
+    def fund_pool(self, pool_id: int, amount: int) -> TxReceipt:
+        return self._send(self.contract.functions.fundPool(pool_id, amount))
+
+    def start_pool(self, pool_id: int) -> TxReceipt:
+        return self._send(self.contract.functions.startPool(pool_id))
+
+    def close_pool(self, pool_id: int) -> TxReceipt:
+        return self._send(self.contract.functions.closePool(pool_id))
+
+    def join_pool(self, invite: Invite) -> TxReceipt:
+        fn = self.contract.functions.joinPool(
+            invite.pool_id, to_checksum_address(invite.node), invite.nonce, invite.expiry, invite.signature
+        )
+        return self._send(fn)
+
+    def leave_pool(self, pool_id: int, node: str) -> TxReceipt:
+        return self._send(self.contract.functions.leavePool(pool_id, to_checksum_address(node)))
+
+    def eject_node(self, pool_id: int, node: str) -> TxReceipt:
+        return self._send(self.contract.functions.ejectNode(pool_id, to_checksum_address(node)))
+
+    def blacklist_node(self, pool_id: int, node: str) -> TxReceipt:
+        return self._send(self.contract.functions.blacklistNode(pool_id, to_checksum_address(node)))
+
+    def submit_work(
+        self, pool_id: int, node: str, work_key: bytes, work_units: int, model_version: int
+    ) -> TxReceipt:
+        fn = self.contract.functions.submitWork(
+            pool_id, to_checksum_address(node), work_key, work_units, model_version
+        )
+        return self._send(fn)
+
+    def attest_work(self, pool_id: int, work_keys: Sequence[bytes]) -> TxReceipt:
+        return self._send(self.contract.functions.attestWork(pool_id, list(work_keys)))
+
+    def invalidate_work(self, pool_id: int, work_key: bytes, reason: str) -> TxReceipt:
+        return self._send(self.contract.functions.invalidateWork(pool_id, work_key, reason_code(reason)))
+
+    def finalize_work(self, pool_id: int, work_keys: Sequence[bytes]) -> TxReceipt:
+        return self._send(self.contract.functions.finalizeWork(pool_id, list(work_keys)))
+
+    def withdraw_rewards(self) -> TxReceipt:
+        return self._send(self.contract.functions.withdrawRewards())
+
+    def publish_checkpoint(self, pool_id: int, version: int, manifest_sha256: bytes, uri: str) -> TxReceipt:
+        return self._send(self.contract.functions.publishCheckpoint(pool_id, version, manifest_sha256, uri))
+
+    def pool_count(self) -> int:
+        return int(self._call(self.contract.functions.poolCount()))
+
+    def get_pool(self, pool_id: int) -> PoolInfo:
+        raw = self._call(self.contract.functions.getPool(pool_id))
+        (creator, manager, treasury, status, uri, reward, fee, slash, window, bps, budget) = raw
+        return PoolInfo(
+            pool_id,
+            creator,
+            manager,
+            treasury,
+            PoolStatus(status),
+            uri,
+            reward,
+            fee,
+            slash,
+            window,
+            bps,
+            budget,
+        )
+
+    def get_member(self, pool_id: int, node: str) -> Member:
+        provider, state, blacklisted, since = self._call(
+            self.contract.functions.getMember(pool_id, to_checksum_address(node))
+        )
+        return Member(provider, MemberState(state), blacklisted, int(since))
+
+    def get_work(self, pool_id: int, work_key: bytes) -> Work:
+        node, provider, status, units, version, submitted, since, validator = self._call(
+            self.contract.functions.getWork(pool_id, work_key)
+        )
+        return Work(
+            node,
+            provider,
+            WorkStatus(status),
+            int(units),
+            int(version),
+            int(submitted),
+            int(since),
+            validator,
+        )
+
+    def reward_balance(self, account: str) -> int:
+        return int(self._call(self.contract.functions.rewardBalance(to_checksum_address(account))))
+
+    def is_blacklisted(self, pool_id: int, node: str) -> bool:
+        return bool(self._call(self.contract.functions.isBlacklisted(pool_id, to_checksum_address(node))))
+
+    def latest_checkpoint(self, pool_id: int) -> Checkpoint:
+        version, manifest, uri, published_at = self._call(self.contract.functions.latestCheckpoint(pool_id))
+        return Checkpoint(int(version), bytes(manifest), uri, int(published_at))
+
+    def is_invite_used(self, digest: bytes) -> bool:
+        return bool(self._call(self.contract.functions.isInviteUsed(digest)))

@@ -1,0 +1,80 @@
+"""TxSender against a real anvil: nonces under threads and processes, timeouts, resync."""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from eth_account import Account
+from web3 import Web3
+
+from proofpool.chain.anvil import ANVIL_KEYS
+from proofpool.chain.errors import TxTimeout
+from proofpool.chain.rpc import connect
+from proofpool.chain.tx import TxSender
+
+SINK = "0x000000000000000000000000000000000000dEaD"
+
+
+def _send_many(url: str, key: str, count: int) -> list[int]:
+    sender = TxSender(connect(url), Account.from_key(key))
+    return [sender.transfer_eth(SINK, 1)["blockNumber"] for _ in range(count)]
+
+
+def _nonces_of(w3: Web3, address: str, receipts_blocks: list[int]) -> list[int]:
+    nonces = []
+    for number in sorted(set(receipts_blocks)):
+        block = w3.eth.get_block(number, full_transactions=True)
+        nonces += [tx["nonce"] for tx in block["transactions"] if tx["from"] == address]
+    return nonces
+
+
+def test_one_key_from_many_threads_gets_distinct_consecutive_nonces(anvil):
+    w3 = connect(anvil.url)
+    account = Account.from_key(ANVIL_KEYS[7])
+    start = w3.eth.get_transaction_count(account.address)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        blocks = [b for chunk in pool.map(lambda _: _send_many(anvil.url, ANVIL_KEYS[7], 6), range(4)) for b in chunk]
+    assert len(blocks) == 24
+    assert sorted(_nonces_of(w3, account.address, blocks)) == list(range(start, start + 24))
+
+
+def test_one_key_from_many_processes_loses_no_transaction(anvil):
+    w3 = connect(anvil.url)
+    account = Account.from_key(ANVIL_KEYS[8])
+    start = w3.eth.get_transaction_count(account.address)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        results = pool.starmap(_send_many, [(anvil.url, ANVIL_KEYS[8], 4)] * 3)
+    blocks = [b for chunk in results for b in chunk]
+    assert len(blocks) == 12
+    assert w3.eth.get_transaction_count(account.address) == start + 12
+
+
+def test_transactions_sent_behind_the_senders_back_do_not_break_it(anvil):
+    w3 = connect(anvil.url)
+    account = Account.from_key(ANVIL_KEYS[9])
+    sender = TxSender(w3, account)
+    sender.transfer_eth(SINK, 1)
+    # another client spends the next nonce directly
+    nonce = w3.eth.get_transaction_count(account.address, "pending")
+    raw = account.sign_transaction(
+        {"to": SINK, "value": 1, "gas": 21_000, "gasPrice": w3.eth.gas_price * 2, "nonce": nonce, "chainId": 31337}
+    ).raw_transaction
+    w3.eth.wait_for_transaction_receipt(w3.eth.send_raw_transaction(raw))
+    receipt = sender.transfer_eth(SINK, 1)
+    assert receipt["status"] == 1
+    assert w3.eth.get_transaction(receipt["transactionHash"])["nonce"] == nonce + 1
+
+
+def test_unmined_transaction_times_out_with_a_clear_error(anvil):
+    w3 = connect(anvil.url)
+    sender = TxSender(w3, Account.from_key(ANVIL_KEYS[6]), receipt_timeout=0.5)
+    w3.provider.make_request("evm_setAutomine", [False])
+    try:
+        with pytest.raises(TxTimeout, match="not mined"):
+            sender.transfer_eth(SINK, 1)
+    finally:
+        w3.provider.make_request("evm_setAutomine", [True])
+        w3.provider.make_request("evm_mine", [])
