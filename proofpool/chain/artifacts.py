@@ -41,9 +41,7 @@ def _load(name: str, folder: Path) -> Artifact:
     abi_path, bin_path = stem.with_suffix(".abi"), stem.with_suffix(".bin")
     if not abi_path.exists() or not bin_path.exists():
         raise ArtifactMissing(f"no compiled artifact for {name} in {folder}: run `make contracts`")
-    return Artifact(
-        name=name, abi=json.loads(abi_path.read_text()), bytecode="0x" + bin_path.read_text().strip()
-    )
+    return Artifact(name=name, abi=json.loads(abi_path.read_text()), bytecode="0x" + bin_path.read_text().strip())
 
 
 def load_artifact(name: str) -> Artifact:

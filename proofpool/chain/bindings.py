@@ -193,19 +193,13 @@ class ContractBinding:
         return role_hash(name)
 
     def grant_role(self, role_name: str, account: str) -> TxReceipt:
-        return self._send(
-            self.contract.functions.grantRole(self.role(role_name), to_checksum_address(account))
-        )
+        return self._send(self.contract.functions.grantRole(self.role(role_name), to_checksum_address(account)))
 
     def revoke_role(self, role_name: str, account: str) -> TxReceipt:
-        return self._send(
-            self.contract.functions.revokeRole(self.role(role_name), to_checksum_address(account))
-        )
+        return self._send(self.contract.functions.revokeRole(self.role(role_name), to_checksum_address(account)))
 
     def has_role(self, role_name: str, account: str) -> bool:
-        return bool(
-            self._call(self.contract.functions.hasRole(self.role(role_name), to_checksum_address(account)))
-        )
+        return bool(self._call(self.contract.functions.hasRole(self.role(role_name), to_checksum_address(account))))
 
 
 class PoolToken(ContractBinding):
@@ -327,12 +321,8 @@ class ComputePool(ContractBinding):
     def blacklist_node(self, pool_id: int, node: str) -> TxReceipt:
         return self._send(self.contract.functions.blacklistNode(pool_id, to_checksum_address(node)))
 
-    def submit_work(
-        self, pool_id: int, node: str, work_key: bytes, work_units: int, model_version: int
-    ) -> TxReceipt:
-        fn = self.contract.functions.submitWork(
-            pool_id, to_checksum_address(node), work_key, work_units, model_version
-        )
+    def submit_work(self, pool_id: int, node: str, work_key: bytes, work_units: int, model_version: int) -> TxReceipt:
+        fn = self.contract.functions.submitWork(pool_id, to_checksum_address(node), work_key, work_units, model_version)
         return self._send(fn)
 
     def attest_work(self, pool_id: int, work_keys: Sequence[bytes]) -> TxReceipt:

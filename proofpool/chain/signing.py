@@ -36,9 +36,7 @@ def sign_node_ownership(node: LocalAccount, provider: str, chain_id: int, regist
     """The node key's signature that it belongs to `provider` (proves key possession)."""
     message = encode_typed_data(
         domain_data=_domain(NODE_OWNERSHIP_DOMAIN, chain_id, registry),
-        message_types={
-            "NodeOwnership": [{"name": "provider", "type": "address"}, {"name": "node", "type": "address"}]
-        },
+        message_types={"NodeOwnership": [{"name": "provider", "type": "address"}, {"name": "node", "type": "address"}]},
         message_data={"provider": provider, "node": node.address},
     )
     return bytes(node.sign_message(message).signature)

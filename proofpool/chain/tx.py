@@ -155,9 +155,7 @@ class TxSender:
         return {"maxPriorityFeePerGas": tip, "maxFeePerGas": int((2 * base + tip) * bump)}
 
     def _send_built(self, built: dict[str, Any]) -> TxReceipt:
-        built = {
-            k: v for k, v in built.items() if k not in ("gasPrice", "maxFeePerGas", "maxPriorityFeePerGas")
-        }
+        built = {k: v for k, v in built.items() if k not in ("gasPrice", "maxFeePerGas", "maxPriorityFeePerGas")}
         bump = 1.0
         for attempt in range(_MAX_ATTEMPTS):
             with self._lane.thread_lock, self._lane.file_lock:
@@ -168,9 +166,7 @@ class TxSender:
                 except Web3RPCError as exc:
                     message = str(exc).lower()
                     if any(s in message for s in _NONCE_ERRORS):
-                        log.info(
-                            "nonce %s taken for %s, resyncing (attempt %d)", nonce, self.address, attempt
-                        )
+                        log.info("nonce %s taken for %s, resyncing (attempt %d)", nonce, self.address, attempt)
                         continue
                     if any(s in message for s in _UNDERPRICED):
                         bump *= 1.25
@@ -184,9 +180,7 @@ class TxSender:
 
     def _wait(self, tx_hash: HexBytes, built: dict[str, Any]) -> TxReceipt:
         try:
-            receipt = self.w3.eth.wait_for_transaction_receipt(
-                tx_hash, timeout=self.receipt_timeout, poll_latency=0.05
-            )
+            receipt = self.w3.eth.wait_for_transaction_receipt(tx_hash, timeout=self.receipt_timeout, poll_latency=0.05)
         except TimeExhausted as exc:
             raise TxTimeout(f"transaction {tx_hash.hex()} not mined in {self.receipt_timeout:.0f} s") from exc
         if receipt["status"] != 1:

@@ -26,9 +26,7 @@ def _pid_file() -> Path:
 def up(
     port: int = typer.Option(None, help="Port to listen on (default: PROOFPOOL_ANVIL_PORT, 8545)."),
     chain_id: int = typer.Option(31337, help="Chain id of the devnet."),
-    block_time: float = typer.Option(
-        None, help="Seconds per block; default mines one block per transaction."
-    ),
+    block_time: float = typer.Option(None, help="Seconds per block; default mines one block per transaction."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave anvil running in the background."),
 ) -> None:
     """Start anvil on loopback and wait until it answers JSON-RPC."""

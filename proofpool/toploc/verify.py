@@ -114,8 +114,12 @@ def verify_proof_blob(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     topk: int = DEFAULT_TOPK,
 ) -> list[ChunkCheck]:
-    """`verify_proofs` for a rollout row's concatenated `proofs` column."""
+    """`verify_proofs` for a rollout row's concatenated `proofs` column (a non-bytes value fails
+    every chunk with `proof_not_bytes`)."""
     acts = to_bf16(activations)
+    if not isinstance(blob, bytes | bytearray | memoryview):
+        entries = chunk_entries(acts, chunk_size, topk)
+        return [_failed("proof_not_bytes", e.indices.size) for e in entries] or [_failed("proof_not_bytes", topk)]
     return verify_proofs(
         acts, split_proofs(blob, acts.shape[0], acts.shape[1], chunk_size, topk), chunk_size, topk
     )

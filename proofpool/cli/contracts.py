@@ -1,0 +1,102 @@
+"""`proofpool contracts`: compile and deploy."""
+
+from __future__ import annotations
+
+import subprocess
+
+import typer
+
+from proofpool.chain.accounts import load_account
+from proofpool.chain.deploy import (
+    DeployParams,
+    deploy_contracts,
+    grant_role,
+    load_address_book,
+    write_address_book,
+)
+from proofpool.chain.rpc import connect
+from proofpool.chain.tx import TxSender
+from proofpool.chain.units import parse_pool
+from proofpool.cli.common import JsonOption, KeyOption, RpcOption, console, print_json
+from proofpool.config import REPO_ROOT, get_settings
+from proofpool.errors import ProofpoolError
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command()
+def build() -> None:
+    """Compile the Solidity sources (same as `make contracts`)."""
+    done = subprocess.run(["make", "-C", str(REPO_ROOT), "contracts"], check=False)
+    if done.returncode != 0:
+        raise ProofpoolError("compilation failed (see the solc output above)")
+
+
+@app.command()
+def deploy(
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+    unbonding_days: float = typer.Option(7.0, help="Unbonding period in days (must exceed every dispute window)."),
+    min_stake: str = typer.Option("100", help="Base stake (POOL) a provider with compute units must keep."),
+    stake_per_unit: str = typer.Option("10", help="Extra stake (POOL) per registered compute unit."),
+    no_faucet: bool = typer.Option(False, "--no-faucet", help="Do not make the deployer a token minter."),
+) -> None:
+    """Deploy PoolToken, StakeManager, ComputeRegistry and ComputePool, and write the address book."""
+    settings = get_settings()
+    w3 = connect(rpc_url or settings.rpc_url, timeout=settings.rpc_timeout)
+    params = DeployParams(
+        unbonding_period=int(unbonding_days * 86400),
+        min_stake=parse_pool(min_stake),
+        stake_per_compute_unit=parse_pool(stake_per_unit),
+        admin_is_minter=not no_faucet,
+    )
+    book = deploy_contracts(w3, TxSender(w3, load_account(key)), params)
+    path = write_address_book(book, settings.deployments_dir)
+    for name, address in book.addresses.items():
+        console.print(f"{name:16} {address}")
+    console.print(f"address book written to {path}")
+
+
+@app.command()
+def grant(
+    role: str = typer.Argument(..., help="MINTER_ROLE, ATTESTER_ROLE or VALIDATOR_ROLE."),
+    account: str = typer.Argument(..., help="Address that receives the role."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Grant a role (admin key only), e.g. VALIDATOR_ROLE to a validator's address."""
+    if role not in ("MINTER_ROLE", "ATTESTER_ROLE", "VALIDATOR_ROLE", "SLASHER_ROLE"):
+        raise ProofpoolError(f"unknown role {role!r}")
+    settings = get_settings()
+    w3 = connect(rpc_url or settings.rpc_url, timeout=settings.rpc_timeout)
+    book = load_address_book(w3.eth.chain_id, settings.deployments_dir)
+    receipt = grant_role(w3, TxSender(w3, load_account(key)), book, role, account)  # type: ignore[arg-type]
+    console.print(f"{role} granted to {account} in tx 0x{receipt['transactionHash'].hex()}")
+
+
+@app.command()
+def show(rpc_url: RpcOption = None, as_json: JsonOption = False) -> None:
+    """Print the address book of the connected chain."""
+    settings = get_settings()
+    w3 = connect(rpc_url or settings.rpc_url, timeout=settings.rpc_timeout)
+    book = load_address_book(w3.eth.chain_id, settings.deployments_dir)
+    if as_json:
+        print_json(book.to_json())
+        return
+    console.print(f"chain {book.chain_id}, deployed from block {book.deploy_block} by {book.deployer}")
+    for name, address in book.addresses.items():
+        console.print(f"{name:16} {address}")
+
+
+@app.command()
+def mint(
+    to: str = typer.Argument(..., help="Address that receives the tokens."),
+    amount: str = typer.Argument(..., help="POOL tokens, e.g. 1000."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Devnet faucet: mint POOL tokens (needs MINTER_ROLE)."""
+    from proofpool.cli.common import report_tx, signer_client
+
+    client = signer_client(key, rpc_url)
+    report_tx(client, f"minted {amount} POOL to {to}", client.token.mint(to, parse_pool(amount)))

@@ -1,0 +1,172 @@
+"""`proofpool pool`: what a pool creator and its manager do on-chain."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import typer
+
+from proofpool.chain.accounts import load_account
+from proofpool.chain.bindings import PoolParams
+from proofpool.chain.client import ChainClient
+from proofpool.chain.signing import sign_invite
+from proofpool.chain.units import format_pool, parse_pool
+from proofpool.cli.common import (
+    JsonOption,
+    KeyOption,
+    RpcOption,
+    console,
+    print_json,
+    reader_client,
+    report_tx,
+)
+from proofpool.cli.common import signer_client as client_for
+from proofpool.errors import ProofpoolError
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command()
+def create(
+    manager: str = typer.Option(None, help="Manager address (signs invites, publishes checkpoints). Default: you."),
+    treasury: str = typer.Option(None, help="Receives the treasury share of slashed stake. Default: you."),
+    model_uri: str = typer.Option("devnet://tiny-llama/arithmetic-add-100", help="Model / task set URI."),
+    reward_per_unit: str = typer.Option("0.01", help="POOL paid per finalized work unit (token)."),
+    validator_fee: str = typer.Option("0.5", help="POOL paid to the attesting validator per submission."),
+    slash_amount: str = typer.Option("50", help="POOL slashed per invalid submission."),
+    dispute_window: int = typer.Option(3600, min=1, help="Seconds after attestation before work finalizes."),
+    validator_share_bps: int = typer.Option(5000, min=0, max=10000, help="Validator share of slashes (bps)."),
+    fund: str = typer.Option(None, help="Also fund the budget with this many POOL."),
+    start: bool = typer.Option(False, "--start", help="Also start the pool."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Create a pool (you become its creator); optionally fund and start it."""
+    client = client_for(key, rpc_url)
+    params = PoolParams(
+        manager=manager or client.address,
+        treasury=treasury or client.address,
+        model_uri=model_uri,
+        reward_per_unit=parse_pool(reward_per_unit),
+        validator_fee=parse_pool(validator_fee),
+        slash_amount=parse_pool(slash_amount),
+        dispute_window=dispute_window,
+        validator_slash_share_bps=validator_share_bps,
+    )
+    pool_id, receipt = client.pool.create_pool(params)
+    report_tx(client, f"created pool {pool_id}", receipt)
+    if fund:
+        _fund(client, pool_id, fund)
+    if start:
+        report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
+
+
+def _fund(client: ChainClient, pool_id: int, amount: str) -> None:
+    units = parse_pool(amount)
+    approval = client.token.ensure_allowance(client.pool.address, units)
+    if approval is not None:
+        report_tx(client, "approved the ComputePool", approval)
+    report_tx(client, f"funded pool {pool_id} with {amount} POOL", client.pool.fund_pool(pool_id, units))
+
+
+@app.command()
+def fund(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    amount: str = typer.Argument(..., help="POOL tokens to add to the reward budget."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Add tokens to a pool's reward budget (anyone may)."""
+    _fund(client_for(key, rpc_url), pool_id, amount)
+
+
+@app.command()
+def start(
+    pool_id: int = typer.Argument(..., help="Pool id."), key: KeyOption = None, rpc_url: RpcOption = None
+) -> None:
+    """Open a pool for joins and submissions (creator or manager)."""
+    client = client_for(key, rpc_url)
+    report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
+
+
+@app.command()
+def invite(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    node: str = typer.Argument(..., help="Address of the node to invite."),
+    expires_in: int = typer.Option(3600, min=1, help="Seconds the invite stays valid."),
+    nonce: int = typer.Option(None, help="Invite nonce (default: current time in ns, unique enough)."),
+    out: Path = typer.Option(None, help="Write the invite JSON here (default: print it)."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Sign a single-use, expiring invite for NODE with the manager key (no transaction)."""
+    client = reader_client(rpc_url)
+    manager = load_account(key)
+    pool = client.pool.get_pool(pool_id)
+    if pool.manager.lower() != manager.address.lower():
+        raise ProofpoolError(f"pool {pool_id} is managed by {pool.manager}, not by {manager.address}")
+    signed = sign_invite(
+        manager,
+        pool_id,
+        node,
+        nonce if nonce is not None else time.time_ns(),
+        int(time.time()) + expires_in,
+        client.chain_id,
+        client.pool.address,
+    )
+    data = asdict(signed)
+    if out:
+        out.write_text(json.dumps({**data, "signature": "0x" + signed.signature.hex()}, indent=2))
+        console.print(f"invite for {node} to pool {pool_id} written to {out}")
+    else:
+        print_json(data)
+
+
+@app.command("publish-checkpoint")
+def publish_checkpoint(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    version: int = typer.Argument(..., help="Checkpoint version (strictly increasing)."),
+    manifest_sha256: str = typer.Argument(..., help="sha256 of the checkpoint manifest (hex)."),
+    uri: str = typer.Argument(..., help="Where the manifest is stored."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Anchor a checkpoint manifest on-chain (manager only); workers trust only anchored manifests."""
+    digest = bytes.fromhex(manifest_sha256.removeprefix("0x"))
+    if len(digest) != 32:
+        raise ProofpoolError("manifest sha256 must be 32 bytes of hex")
+    client = client_for(key, rpc_url)
+    receipt = client.pool.publish_checkpoint(pool_id, version, digest, uri)
+    report_tx(client, f"published checkpoint {version} of pool {pool_id}", receipt)
+
+
+@app.command()
+def status(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    rpc_url: RpcOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Parameters, budget and latest checkpoint of a pool."""
+    client = reader_client(rpc_url)
+    if not 1 <= pool_id <= client.pool.pool_count():
+        raise ProofpoolError(f"no pool {pool_id} on chain {client.chain_id}")
+    pool = client.pool.get_pool(pool_id)
+    checkpoint = client.pool.latest_checkpoint(pool_id)
+    data = {**asdict(pool), "status": pool.status.name, "latest_checkpoint": asdict(checkpoint)}
+    if as_json:
+        print_json(data)
+        return
+    for name in ("pool_id", "status", "creator", "manager", "treasury", "model_uri", "dispute_window"):
+        console.print(f"{name:24} {data[name]}")
+    for name in ("reward_per_unit", "validator_fee", "slash_amount", "budget"):
+        console.print(f"{name:24} {format_pool(data[name])} POOL")
+    console.print(f"{'validator_slash_share':24} {pool.validator_slash_share_bps / 100:.2f} %")
+    if checkpoint.published_at:
+        console.print(
+            f"{'latest_checkpoint':24} v{checkpoint.version} 0x{checkpoint.manifest_sha256.hex()} {checkpoint.uri}"
+        )
+    else:
+        console.print(f"{'latest_checkpoint':24} none")

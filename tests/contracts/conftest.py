@@ -1,0 +1,158 @@
+"""Contract test fixtures: compile if needed, deploy once on the session's anvil, build one
+shared world (providers staked with nodes, a funded active pool with two member nodes),
+and restore it from an `evm_snapshot` around every test."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from eth_account import Account
+from web3 import Web3
+
+from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
+from proofpool.chain.artifacts import load_artifact
+from proofpool.chain.deploy import TOKEN, DeployParams, deploy_contracts, grant_role
+from proofpool.chain.rpc import connect
+from proofpool.chain.tx import TxSender
+from proofpool.config import get_settings
+from tests.contracts.helpers import Actor, Chain, Deployment
+
+UNBONDING_PERIOD = 7 * 24 * 3600
+MIN_STAKE = 100 * TOKEN
+STAKE_PER_UNIT = 10 * TOKEN
+PROVIDER_STAKE = 1_000 * TOKEN
+REWARD_PER_UNIT = TOKEN
+VALIDATOR_FEE = 2 * TOKEN
+SLASH_AMOUNT = 50 * TOKEN
+DISPUTE_WINDOW = 3600
+SLASH_SHARE_BPS = 2_000
+BUDGET = 10_000 * TOKEN
+MODEL_URI = "hf://proofpool/tiny-llama-arith"
+NODE1_UNITS, NODE2_UNITS, NODE3_UNITS = 4, 2, 2
+POOL_ID = 1
+
+COMPILE = [
+    "./node_modules/.bin/solcjs", "--bin", "--abi", "--optimize", "--optimize-runs", "200",
+    "--base-path", ".", "--include-path", "node_modules", "-o", "build",
+]  # fmt: skip
+
+
+def _compile_if_stale(contracts_dir: Path) -> None:
+    """Run the `make contracts` command when build/ is missing or older than a source."""
+    sources = sorted((contracts_dir / "src").glob("**/*.sol"))
+    artifacts = list((contracts_dir / "build").glob("src_*_sol_*.bin"))
+    newest_source = max(p.stat().st_mtime for p in sources)
+    if artifacts and min(p.stat().st_mtime for p in artifacts) >= newest_source:
+        return
+    subprocess.run(["rm", "-rf", "build"], cwd=contracts_dir, check=True)
+    top = sorted(str(p.relative_to(contracts_dir)) for p in (contracts_dir / "src").glob("*.sol"))
+    subprocess.run([*COMPILE, *top], cwd=contracts_dir, check=True, capture_output=True)
+    (contracts_dir / "build" / ".stamp").touch()
+
+
+@dataclass
+class World:
+    """Everything a contract test touches. Pool 1 is Active and funded; node1 (provider) and
+    node2 (provider2) are members; node3 is registered to provider but not in the pool."""
+
+    chain: Chain
+    c: Deployment
+    admin: Actor
+    provider: Actor
+    provider2: Actor
+    validator: Actor
+    validator2: Actor
+    manager: Actor
+    creator: Actor
+    attester: Actor
+    outsider: Actor
+    node1: Actor
+    node2: Actor
+    node3: Actor
+    spare_node: Actor
+    treasury: Actor
+    pool_id: int = POOL_ID
+
+    def pool_params(self, **overrides: object) -> tuple:
+        values = {
+            "manager": self.manager.address,
+            "treasury": self.treasury.address,
+            "modelUri": MODEL_URI,
+            "rewardPerUnit": REWARD_PER_UNIT,
+            "validatorFee": VALIDATOR_FEE,
+            "slashAmount": SLASH_AMOUNT,
+            "disputeWindow": DISPUTE_WINDOW,
+            "validatorSlashShareBps": SLASH_SHARE_BPS,
+        } | overrides
+        return tuple(values.values())
+
+
+@pytest.fixture(scope="session")
+def w3(anvil: AnvilProcess) -> Web3:
+    _compile_if_stale(get_settings().contracts_dir)
+    return connect(anvil.url)
+
+
+def _actor(w3: Web3, name: str, key: str | bytes) -> Actor:
+    account = Account.from_key(key)
+    return Actor(name, account, TxSender(w3, account))
+
+
+@pytest.fixture(scope="session")
+def world(w3: Web3) -> World:
+    named = ["admin", "provider", "provider2", "validator", "validator2", "manager", "creator", "attester"]
+    actors = {name: _actor(w3, name, ANVIL_KEYS[i]) for i, name in enumerate(named)}
+    actors["outsider"] = _actor(w3, "outsider", ANVIL_KEYS[8])
+    for name in ("node1", "node2", "node3", "spare_node", "treasury"):
+        actors[name] = _actor(w3, name, Web3.keccak(text=f"proofpool-test-{name}"))
+        actors["admin"].sender.transfer_eth(actors[name].address, 100 * 10**18)
+
+    admin = actors["admin"]
+    params = DeployParams(
+        unbonding_period=UNBONDING_PERIOD, min_stake=MIN_STAKE, stake_per_compute_unit=STAKE_PER_UNIT
+    )
+    book = deploy_contracts(w3, admin.sender, params)
+    grant_role(w3, admin.sender, book, "VALIDATOR_ROLE", actors["validator"].address)
+    grant_role(w3, admin.sender, book, "VALIDATOR_ROLE", actors["validator2"].address)
+    grant_role(w3, admin.sender, book, "ATTESTER_ROLE", actors["attester"].address)
+
+    def contract(name: str) -> object:
+        return w3.eth.contract(address=book.addresses[name], abi=load_artifact(name).abi)
+
+    c = Deployment(w3, book, *(contract(n) for n in ("PoolToken", "StakeManager", "ComputeRegistry", "ComputePool")))
+    world = World(chain=Chain(w3), c=c, **actors)
+
+    for who in (world.provider, world.provider2, world.creator, world.outsider):
+        c.fund(admin, who)
+    for provider, nodes in ((world.provider, [(world.node1, NODE1_UNITS), (world.node3, NODE3_UNITS)]),
+                            (world.provider2, [(world.node2, NODE2_UNITS)])):  # fmt: skip
+        provider.send(c.registry.functions.registerProvider())
+        c.stake_tokens(provider, PROVIDER_STAKE)
+        for node, units in nodes:
+            c.add_node(provider, node, units)
+
+    world.creator.send(c.pool.functions.createPool(world.pool_params()))
+    world.creator.send(c.token.functions.approve(book.compute_pool, BUDGET))
+    world.creator.send(c.pool.functions.fundPool(POOL_ID, BUDGET))
+    world.creator.send(c.pool.functions.startPool(POOL_ID))
+    expiry = world.chain.timestamp() + 365 * 24 * 3600
+    c.join(world.provider, world.manager, POOL_ID, world.node1, 1, expiry)
+    c.join(world.provider2, world.manager, POOL_ID, world.node2, 2, expiry)
+    return world
+
+
+@pytest.fixture(autouse=True)
+def _isolate(world: World) -> Iterator[None]:
+    """Each test starts from the session world and leaves no trace on the chain."""
+    snapshot = world.chain.snapshot()
+    yield
+    world.chain.revert(snapshot)
+
+
+@pytest.fixture
+def c(world: World) -> Deployment:
+    return world.c

@@ -1,0 +1,124 @@
+"""The chain commands of the `proofpool` CLI against a real anvil, as a provider and a
+pool creator would type them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from eth_account import Account
+from typer.testing import CliRunner
+
+from proofpool.chain.anvil import ANVIL_KEYS
+from proofpool.chain.units import TOKEN
+from proofpool.cli.main import app
+from proofpool.config import get_settings
+from proofpool.errors import ProofpoolError
+
+ADMIN, PROVIDER, NODE = ANVIL_KEYS[0], ANVIL_KEYS[4], ANVIL_KEYS[6]
+
+
+@pytest.fixture
+def cli(anvil, tmp_path, monkeypatch):
+    monkeypatch.setenv("PROOFPOOL_RPC_URL", anvil.url)
+    monkeypatch.setenv("PROOFPOOL_DEPLOYMENTS_DIR", str(tmp_path / "deployments"))
+    monkeypatch.setenv("PROOFPOOL_STATE_DIR", str(tmp_path / "state"))
+    get_settings.cache_clear()
+    runner = CliRunner()
+    snapshot = anvil_request(anvil.url, "evm_snapshot")
+
+    def invoke(*args: str, fails: bool = False):
+        result = runner.invoke(app, list(args))
+        if fails:
+            assert isinstance(result.exception, ProofpoolError), result.output
+            return result.exception
+        assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
+        return result
+
+    yield invoke
+    anvil_request(anvil.url, "evm_revert", [snapshot])
+    get_settings.cache_clear()
+
+
+def anvil_request(url, method, params=None):
+    import httpx
+
+    return httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}).json()["result"]
+
+
+def test_provider_and_pool_commands_walk_the_join_flow(cli, tmp_path):
+    provider = Account.from_key(PROVIDER).address
+    node = Account.from_key(NODE).address
+    cli("contracts", "deploy", "--key", ADMIN)
+    assert json.loads(cli("contracts", "show", "--json").output)["deployer"] == Account.from_key(ADMIN).address
+    cli("contracts", "mint", provider, "1000", "--key", ADMIN)
+    cli("contracts", "mint", Account.from_key(ADMIN).address, "1000", "--key", ADMIN)
+    cli("provider", "register", "--key", PROVIDER)
+    cli("provider", "stake", "250.5", "--key", PROVIDER)
+    out = cli("provider", "add-node", "--node-key", NODE, "--compute-units", "4", "--key", PROVIDER).output
+    assert f"added node {node}" in out and "NodeAdded" in out
+    cli("pool", "create", "--fund", "100", "--start", "--key", ADMIN)
+    invite_file = tmp_path / "invite.json"
+    cli("pool", "invite", "1", node, "--out", str(invite_file), "--key", ADMIN)
+    assert "NodeJoined" in cli("provider", "join", str(invite_file), "--key", PROVIDER).output
+
+    status = json.loads(cli("provider", "status", provider, "--json").output)
+    assert status["active_stake"] == 250_500_000_000_000_000_000
+    assert status["compute_units"] == 4
+    assert int(status["required_stake"]) == 140 * TOKEN
+
+    cli("pool", "publish-checkpoint", "1", "1", "ab" * 32, "s3://bucket/ckpt/1/manifest.json", "--key", ADMIN)
+    pool = json.loads(cli("pool", "status", "1", "--json").output)
+    assert pool["status"] == "ACTIVE"
+    assert int(pool["budget"]) == 100 * TOKEN
+    assert pool["latest_checkpoint"]["version"] == 1
+
+    cli("provider", "unbond", "100", "--key", PROVIDER)
+    early = cli("provider", "withdraw", "--key", PROVIDER, fails=True)
+    assert early.name == "StakeManagerUnbondingNotMatured"
+
+
+def test_reused_invite_is_refused_by_name(cli, tmp_path):
+    provider = Account.from_key(PROVIDER).address
+    node = Account.from_key(NODE).address
+    cli("contracts", "deploy", "--key", ADMIN)
+    cli("contracts", "mint", provider, "1000", "--key", ADMIN)
+    cli("provider", "register", "--key", PROVIDER)
+    cli("provider", "stake", "200", "--key", PROVIDER)
+    cli("provider", "add-node", "--node-key", NODE, "--key", PROVIDER)
+    cli("pool", "create", "--start", "--key", ADMIN)
+    invite_file = tmp_path / "invite.json"
+    cli("pool", "invite", "1", node, "--out", str(invite_file), "--nonce", "7", "--key", ADMIN)
+    cli("provider", "join", str(invite_file), "--key", PROVIDER)
+    again = cli("provider", "join", str(invite_file), "--key", PROVIDER, fails=True)
+    assert again.name == "ComputePoolInviteAlreadyUsed"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("provider", "stake", "abc", "--key", PROVIDER), "not a token amount"),
+        (("provider", "stake", "--key", PROVIDER, "--", "-5"), "non-negative"),
+        (("provider", "register", "--key", "0x1234"), "not a valid 32-byte hex private key"),
+        (("pool", "status", "99"), "no pool 99"),
+    ],
+)
+def test_bad_input_gets_a_clear_error(cli, args, message):
+    cli("contracts", "deploy", "--key", ADMIN)
+    assert message in str(cli(*args, fails=True))
+
+
+def test_errors_print_one_line_and_exit_1(anvil, tmp_path):
+    env = {"PROOFPOOL_RPC_URL": anvil.url, "PROOFPOOL_DEPLOYMENTS_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    done = subprocess.run(
+        [sys.executable, "-m", "proofpool.cli.main", "pool", "status", "1"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().startswith("error: no deployment for chain 31337")
+    assert "Traceback" not in done.stderr
