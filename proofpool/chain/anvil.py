@@ -70,6 +70,14 @@ class AnvilProcess:
     def __post_init__(self) -> None:
         self.url = f"http://127.0.0.1:{self.port}"
 
+    def rpc(self, method: str, params: list | None = None) -> object:
+        """One raw JSON-RPC call (for anvil's own methods: evm_snapshot, evm_increaseTime, ...)."""
+        reply = httpx.post(self.url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []})
+        body = reply.json()
+        if "error" in body:
+            raise ServiceUnavailable(f"anvil {method} failed: {body['error']}")
+        return body["result"]
+
     def stop(self) -> None:
         """Terminate anvil and wait for it, killing it if it does not exit in 5 s."""
         if self.process.poll() is None:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from unittest.mock import ANY
 
+from eth_account.messages import encode_typed_data
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 from web3.types import TxReceipt
@@ -160,6 +161,22 @@ class Deployment:
         registry = domain.get("registry", self.book.compute_registry)
         owner = provider if isinstance(provider, str) else provider.address
         return sign_node_ownership(node.account, owner, chain_id, registry)
+
+    def forged_ownership_signature(self, signer: Actor, provider: Actor, node: Actor) -> bytes:
+        """NodeOwnership(provider, node) signed by a key that is not the node's."""
+        message = encode_typed_data(
+            domain_data={
+                "name": "ProofpoolComputeRegistry",
+                "version": "1",
+                "chainId": self.w3.eth.chain_id,
+                "verifyingContract": self.book.compute_registry,
+            },
+            message_types={
+                "NodeOwnership": [{"name": "provider", "type": "address"}, {"name": "node", "type": "address"}]
+            },
+            message_data={"provider": provider.address, "node": node.address},
+        )
+        return bytes(signer.account.sign_message(message).signature)
 
     def add_node(self, provider: Actor, node: Actor, units: int = 4, specs: bytes = b"\x01" * 32) -> TxReceipt:
         signature = self.ownership_signature(node, provider)

@@ -73,7 +73,7 @@ class TestAddNode:
             _add(world, world.provider2, world.node1, 1, signature)
 
     def test_signature_by_another_key_reverts_with_recovered_signer(self, world: World) -> None:
-        signature = world.c.ownership_signature(world.provider, world.provider)  # provider signs for the node
+        signature = world.c.forged_ownership_signature(world.provider, world.provider, world.spare_node)
         with expect_revert("ComputeRegistryInvalidNodeSignature", world.spare_node.address, world.provider.address):
             _add(world, world.provider, world.spare_node, 1, signature)
 

@@ -27,7 +27,7 @@ def cli(anvil, tmp_path, monkeypatch):
     monkeypatch.setenv("PROOFPOOL_STATE_DIR", str(tmp_path / "state"))
     get_settings.cache_clear()
     runner = CliRunner()
-    snapshot = anvil_request(anvil.url, "evm_snapshot")
+    snapshot = anvil.rpc("evm_snapshot")
 
     def invoke(*args: str, fails: bool = False):
         result = runner.invoke(app, list(args))
@@ -38,14 +38,8 @@ def cli(anvil, tmp_path, monkeypatch):
         return result
 
     yield invoke
-    anvil_request(anvil.url, "evm_revert", [snapshot])
+    anvil.rpc("evm_revert", [snapshot])
     get_settings.cache_clear()
-
-
-def anvil_request(url, method, params=None):
-    import httpx
-
-    return httpx.post(url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params or []}).json()["result"]
 
 
 def test_provider_and_pool_commands_walk_the_join_flow(cli, tmp_path):

@@ -384,10 +384,10 @@ interface IComputePool {
     /// @param finalizableAt attestedAt + disputeWindow.
     error ComputePoolDisputeWindowOpen(uint256 poolId, bytes32 workKey, uint64 finalizableAt);
 
-    /// @notice The pool budget holds `available`, the batch needs `needed` up to the failing key.
+    /// @notice The pool budget cannot pay the next key of a finalizeWork batch.
     /// @param poolId The pool.
-    /// @param needed Reward plus fees required.
-    /// @param available Budget left.
+    /// @param needed Reward plus validator fee of the failing key.
+    /// @param available Budget left after the earlier keys of the batch.
     error ComputePoolBudgetExhausted(uint256 poolId, uint256 needed, uint256 available);
 
     /// @notice `account` has no credited balance.

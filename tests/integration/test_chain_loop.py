@@ -1,0 +1,51 @@
+"""The demo's chain loop end to end on anvil, checked through decoded events."""
+
+from __future__ import annotations
+
+from rich.console import Console
+
+from proofpool.chain.bindings import WorkStatus, reason_text
+from proofpool.chain.client import ChainClient
+from proofpool.chain.deploy import deploy_contracts
+from proofpool.chain.rpc import connect
+from proofpool.chain.tx import TxSender
+from proofpool.chain.units import TOKEN
+from proofpool.devnet.chain_loop import Cast, balances_table, events_table, run_chain_loop
+
+
+def test_chain_loop_slashes_the_cheater_and_pays_the_honest_provider(anvil):
+    snapshot = anvil.rpc("evm_snapshot")
+    try:
+        cast = Cast()
+        w3 = connect(anvil.url)
+        book = deploy_contracts(w3, TxSender(w3, cast.admin))
+        lines: list[str] = []
+        result = run_chain_loop(ChainClient.build(w3, book, cast.admin), cast, lines.append)
+
+        pool = result.client.pool
+        assert pool.get_work(result.pool_id, result.honest_key).status is WorkStatus.FINALIZED
+        assert any("ComputePoolDisputeWindowOpen" in line for line in lines)
+
+        by_name: dict[str, list] = {}
+        for event in result.events:
+            by_name.setdefault(event.name, []).append(event)
+        invalidated = by_name["WorkInvalidated"][0]
+        assert invalidated["workKey"] == result.cheating_key
+        assert invalidated["node"] == cast.bob_node.address
+        assert reason_text(invalidated["reason"]) == "sampling_mismatch"
+        split = by_name["SlashDistributed"][0]
+        assert (split["validatorShare"], split["treasuryShare"]) == (25 * TOKEN, 25 * TOKEN)
+        finalized = by_name["WorkFinalized"][0]
+        assert (finalized["provider"], finalized["reward"]) == (cast.alice.address, 512 * TOKEN // 100)
+        assert [e["account"] for e in by_name["RewardsWithdrawn"]] == [cast.alice.address, cast.validator.address]
+        # every event carries where it came from, as the ledger will need
+        assert all(e.tx_hash and e.block_number >= book.deploy_block for e in result.events)
+        assert len({(e.tx_hash, e.log_index) for e in result.events}) == len(result.events)
+
+        console = Console(record=True, width=200)
+        console.print(balances_table(result, cast))
+        console.print(events_table(result, cast))
+        text = console.export_text()
+        assert "SlashDistributed" in text and "25.5" in text  # validator: 25 slash share + 0.5 fee
+    finally:
+        anvil.rpc("evm_revert", [snapshot])
