@@ -92,8 +92,9 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     signature = sign_node_ownership(node2, addr["provider2"], chain_id, bench.book.compute_registry)
     bench.send("provider2", registry.functions.addNode(node2.address, 1, b"\x22" * 32, signature))
 
-    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10,
-              200 * TOKEN, DISPUTE_WINDOW, 2_000)  # fmt: skip
+    # (manager, treasury, modelUri, rewardPerUnit, validatorFee, slashAmount, disputeWindow, bps)
+    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10)
+    params += (200 * TOKEN, DISPUTE_WINDOW, 2_000)
     bench.record("createPool", bench.send("creator", pool.functions.createPool(params)))
     bench.record("fundPool", bench.send("creator", pool.functions.fundPool(1, 1_000_000 * TOKEN)))
     bench.record("startPool", bench.send("creator", pool.functions.startPool(1)))

@@ -16,7 +16,8 @@ import {IStakeManager} from "./interfaces/IStakeManager.sol";
 /// @notice Compute pools, membership, submissions, verdicts and rewards. See {IComputePool}.
 /// @dev Gas layout: a submission is two storage slots. `WorkHead` (status, validator, statusSince,
 /// submittedAt) is the only slot attestWork and finalizeWork write; `WorkBody` (node, units, version) is
-/// written once. The provider is read from the membership record bound at join, not from the registry.
+/// written once. attestWork, invalidateWork and finalizeWork read the provider from the membership record
+/// bound at join; only submitWork asks the registry (once) whether the node is still active under it.
 contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     using SafeERC20 for IERC20;
 
@@ -249,16 +250,11 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         for (uint256 i = 0; i < count; ++i) {
             bytes32 workKey = workKeys[i];
             WorkHead storage head = works[workKey].head;
-            WorkHead memory current = head;
-            if (current.status != WorkStatus.Pending) {
-                revert ComputePoolWorkNotPending(poolId, workKey, current.status);
-            }
-            works[workKey].head = WorkHead({
-                status: WorkStatus.Accepted,
-                validator: validator,
-                statusSince: now_,
-                submittedAt: current.submittedAt
-            });
+            WorkStatus status = head.status;
+            if (status != WorkStatus.Pending) revert ComputePoolWorkNotPending(poolId, workKey, status);
+            head.status = WorkStatus.Accepted;
+            head.validator = validator;
+            head.statusSince = now_;
             emit WorkAttested(poolId, workKey, validator);
         }
     }
@@ -271,20 +267,18 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     {
         Pool storage pool = _pools[poolId];
         Work storage work = _work[poolId][workKey];
-        WorkHead memory current = work.head;
-        if (current.status == WorkStatus.Accepted) {
-            uint64 closedAt = uint64(current.statusSince) + pool.disputeWindow;
+        WorkHead storage head = work.head;
+        WorkStatus status = head.status;
+        if (status == WorkStatus.Accepted) {
+            uint64 closedAt = uint64(head.statusSince) + pool.disputeWindow;
             if (block.timestamp >= closedAt) revert ComputePoolDisputeWindowClosed(poolId, workKey, closedAt);
-        } else if (current.status != WorkStatus.Pending) {
-            revert ComputePoolWorkNotDisputable(poolId, workKey, current.status);
+        } else if (status != WorkStatus.Pending) {
+            revert ComputePoolWorkNotDisputable(poolId, workKey, status);
         }
         address validator = _msgSender();
-        work.head = WorkHead({
-            status: WorkStatus.Invalid,
-            validator: validator,
-            statusSince: uint40(block.timestamp),
-            submittedAt: current.submittedAt
-        });
+        head.status = WorkStatus.Invalid;
+        head.validator = validator;
+        head.statusSince = uint40(block.timestamp);
         address node = work.body.node;
         emit WorkInvalidated(poolId, workKey, node, validator, reason);
 
@@ -533,10 +527,9 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         Work storage work,
         mapping(address => Member) storage members
     ) private {
-        WorkHead memory head = work.head;
-        if (head.status != WorkStatus.Accepted) {
-            revert ComputePoolWorkNotAccepted(settlement.poolId, workKey, head.status);
-        }
+        WorkHead storage head = work.head;
+        WorkStatus status = head.status;
+        if (status != WorkStatus.Accepted) revert ComputePoolWorkNotAccepted(settlement.poolId, workKey, status);
         uint64 finalizableAt = uint64(head.statusSince) + settlement.disputeWindow;
         if (block.timestamp < finalizableAt) {
             revert ComputePoolDisputeWindowOpen(settlement.poolId, workKey, finalizableAt);
@@ -546,14 +539,12 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         if (member.state == MemberState.Slashed) {
             head.status = WorkStatus.Forfeited;
             head.statusSince = uint40(block.timestamp);
-            work.head = head;
             emit WorkForfeited(settlement.poolId, workKey, body.node);
             return;
         }
         _pay(settlement, workKey, body, member.provider, head.validator);
         head.status = WorkStatus.Finalized;
         head.statusSince = uint40(block.timestamp);
-        work.head = head;
     }
 
     /// @dev Takes reward + fee of one submission from the batch budget and credits provider and validator.

@@ -28,6 +28,9 @@ from proofpool.rollout.schema import (
 _COMPRESSION: Final = "zstd"
 """Token lists compress several-fold; zstd is deterministic for a given level."""
 _COMPRESSION_LEVEL: Final = 3
+_READ_ERRORS: Final = (pa.ArrowException, OSError, ValueError)
+"""What pyarrow raises on damaged bytes: its own errors, I/O errors, and UnicodeDecodeError (a
+ValueError) from undecodable names in a footer, found by fuzzing."""
 
 
 def rollouts_table(meta: RolloutFileMeta, samples: Iterable[RolloutSample]) -> pa.Table:
@@ -72,13 +75,14 @@ def read_rollouts_table(data: bytes | bytearray | memoryview | str | Path) -> tu
     try:
         parquet = pq.ParquetFile(pa.BufferReader(raw))
         schema = parquet.schema_arrow
-    except (pa.ArrowException, OSError) as exc:
+    except _READ_ERRORS as exc:
         raise RolloutFileError("not_parquet", str(exc) or type(exc).__name__) from exc
     validate_schema(schema)
     meta = RolloutFileMeta.from_metadata(schema.metadata)
     try:
         table = parquet.read()
-    except (pa.ArrowException, OSError) as exc:
+        table.validate(full=True)  # e.g. invalid UTF-8 in problem_id, list offsets out of range
+    except _READ_ERRORS as exc:
         raise RolloutFileError("not_parquet", f"corrupt data: {exc}") from exc
     for name in ROLLOUT_SCHEMA.names:
         column = table.column(name)

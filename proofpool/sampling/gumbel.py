@@ -14,9 +14,9 @@ The noise is counter-based, so no generator state exists (protocol constants, do
 
 All integer steps are mod 2**64 and bit-exact on every machine. Only 52 bits feed u (not 53):
 (k + 0.5) / 2**52 is exact in float64 for every 52-bit k, whereas a 53-bit k + 0.5 rounds the top
-value to u = 1 and g = inf. The two logs come from the platform's float64 libm and may differ in
-the last ulp between CPUs; after rounding to float32 that almost never shows, and the verifier's
-tie tolerance absorbs it when it does.
+value to u = 1 and g = inf. The two logs are numpy's float64 log (SIMD or libm by CPU) and may
+differ in the last ulp between CPUs; after rounding to float32 that almost never shows, and the
+verifier's tie tolerance absorbs it when it does.
 """
 
 from __future__ import annotations
@@ -24,82 +24,93 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Final
 
+import numpy as np
+import numpy.typing as npt
 import torch
 
 _U64: Final = (1 << 64) - 1
 GOLDEN: Final = 0x9E3779B97F4A7C15
 """splitmix64's increment (2**64 / golden ratio)."""
-_MIX1: Final = 0xBF58476D1CE4E5B9
-_MIX2: Final = 0x94D049BB133111EB
-_BLOCK_ELEMENTS: Final = 1 << 20
-"""Elements per block of noise: ~8 MB int64 buffers stay in cache, which is ~10x faster than
-hashing a whole [256, 152000] matrix at once on a 2-core CPU."""
+_MIX1: Final = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2: Final = np.uint64(0x94D049BB133111EB)
+_BLOCK_ELEMENTS: Final = 1 << 18
+"""Elements per block of noise. numpy, single-threaded, in place on 2 MB buffers that stay in
+cache: ~0.25 s for [256, 152000] on this 2-core CPU, and steady when other processes load the
+cores (torch's intra-op threads took 0.2 s idle but 1-8 s under contention, stalling at every
+per-op barrier). Validators run several processes per machine, so steady wins."""
+
+U64Array = npt.NDArray[np.uint64]
 
 
-def _signed(value: int) -> int:
-    """The int64 with the same 64 bits as the uint64 `value` (torch has no usable uint64 ops)."""
-    value &= _U64
-    return value - (1 << 64) if value >= 1 << 63 else value
+def _fmix64_(z: U64Array, scratch: U64Array) -> U64Array:
+    """splitmix64's finalizer, in place (uint64 arithmetic wraps mod 2**64, shifts are logical)."""
+    for shift, multiplier in ((30, _MIX1), (27, _MIX2), (31, None)):
+        np.right_shift(z, np.uint64(shift), out=scratch)
+        np.bitwise_xor(z, scratch, out=z)
+        if multiplier is not None:
+            np.multiply(z, multiplier, out=z)
+    return z
 
 
-def _shr_into(z: torch.Tensor, shift: int, out: torch.Tensor) -> torch.Tensor:
-    """Logical right shift of int64 bit patterns into `out` (torch's `>>` is arithmetic)."""
-    torch.bitwise_right_shift(z, shift, out=out)
-    return out.bitwise_and_((1 << (64 - shift)) - 1)
-
-
-def _fmix64_(z: torch.Tensor, scratch: torch.Tensor) -> torch.Tensor:
-    """splitmix64's finalizer, in place on int64 bit patterns (multiplication wraps mod 2**64).
-
-    In-place with a caller-owned scratch buffer: fresh 8 MB temporaries per operation cost more in
-    page faults than the arithmetic itself.
-    """
-    z.bitwise_xor_(_shr_into(z, 30, scratch)).mul_(_signed(_MIX1))
-    z.bitwise_xor_(_shr_into(z, 27, scratch)).mul_(_signed(_MIX2))
-    return z.bitwise_xor_(_shr_into(z, 31, scratch))
-
-
-def _step_(z: torch.Tensor, scratch: torch.Tensor | None = None) -> torch.Tensor:
+def _step_(z: U64Array, scratch: U64Array) -> U64Array:
     """One splitmix64 output from state z, in place."""
-    z.add_(_signed(GOLDEN))
-    return _fmix64_(z, torch.empty_like(z) if scratch is None else scratch)
+    np.add(z, np.uint64(GOLDEN), out=z)
+    return _fmix64_(z, scratch)
 
 
-def _row_keys(seed: int, sample_index: int, positions: torch.Tensor) -> torch.Tensor:
-    """int64 [n]: the per-(seed, sample, position) stream keys."""
+def _row_keys(seed: int, sample_index: int, positions: torch.Tensor) -> U64Array:
+    """uint64 [n]: the per-(seed, sample, position) stream keys."""
     if not 0 <= seed <= _U64:
         raise ValueError(f"seed must be a uint64, got {seed}")
-    if sample_index < 0:
+    if not 0 <= sample_index <= _U64:
         raise ValueError(f"sample_index must be >= 0, got {sample_index}")
-    pos = torch.as_tensor(positions, dtype=torch.int64).reshape(-1).cpu()
-    if pos.numel() and int(pos.min()) < 0:
+    pos_tensor = torch.as_tensor(positions).reshape(-1).cpu()
+    if pos_tensor.is_floating_point() or pos_tensor.is_complex():
+        raise ValueError(f"positions must be integers, got {pos_tensor.dtype}")
+    pos = pos_tensor.numpy().astype(np.int64)
+    if pos.size and int(pos.min()) < 0:
         raise ValueError("positions must be >= 0")
-    key = _step_(torch.tensor([_signed(seed)], dtype=torch.int64))
-    key ^= _signed(sample_index)
-    key = _step_(key)
-    keys = pos ^ key
-    return _step_(keys)
+    key = np.array([seed], dtype=np.uint64)
+    _step_(key, np.empty_like(key))
+    key ^= np.uint64(sample_index)
+    _step_(key, np.empty_like(key))
+    keys = pos.astype(np.uint64) ^ key
+    return _step_(keys, np.empty_like(keys))
 
 
 def _noise_blocks(
     seed: int, sample_index: int, positions: torch.Tensor, vocab_size: int
-) -> Iterator[tuple[int, torch.Tensor]]:
-    """Yield (first row, float32 [rows, vocab] noise) in cache-sized blocks of rows."""
+) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+    """Yield (first row, float32 [rows, vocab] noise) in cache-sized blocks of rows.
+
+    Each yielded array is a reused buffer, valid until the next iteration.
+    """
     if vocab_size < 1:
         raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
     keys = _row_keys(seed, sample_index, positions)
-    offsets = torch.arange(vocab_size, dtype=torch.int64).mul_(_signed(GOLDEN))  # wraps mod 2**64
-    block = max(1, min(keys.numel(), _BLOCK_ELEMENTS // vocab_size))
-    z = torch.empty(block, vocab_size, dtype=torch.int64)
-    scratch = torch.empty_like(z)
-    u = torch.empty(block, vocab_size, dtype=torch.float64)
-    for start in range(0, keys.numel(), block):
-        rows = min(block, keys.numel() - start)
+    with np.errstate(over="ignore"):
+        # step(key + token * GOLDEN) = fmix64(key + (token + 1) * GOLDEN): fold the increment in.
+        offsets = (np.arange(vocab_size, dtype=np.uint64) + np.uint64(1)) * np.uint64(GOLDEN)
+    block = max(1, min(keys.size, _BLOCK_ELEMENTS // vocab_size))
+    z = np.empty((block, vocab_size), dtype=np.uint64)
+    scratch = np.empty_like(z)
+    u = np.empty((block, vocab_size), dtype=np.float64)
+    noise = np.empty((block, vocab_size), dtype=np.float32)
+    for start in range(0, keys.size, block):
+        rows = min(block, keys.size - start)
         zb, sb, ub = z[:rows], scratch[:rows], u[:rows]
-        torch.add(keys[start : start + rows, None], offsets[None, :], out=zb)
-        _step_(zb, sb)
-        ub.copy_(_shr_into(zb, 12, sb)).add_(0.5).mul_(2.0**-52)
-        yield start, ub.log_().neg_().log_().neg_().to(torch.float32)
+        np.add(keys[start : start + rows, None], offsets[None, :], out=zb)
+        _fmix64_(zb, sb)
+        np.right_shift(zb, np.uint64(12), out=sb)
+        ub[...] = sb  # < 2**52: exact in float64
+        ub += 0.5
+        ub *= 2.0**-52
+        np.log(ub, out=ub)
+        np.negative(ub, out=ub)
+        np.log(ub, out=ub)
+        np.negative(ub, out=ub)
+        np.copyto(noise[:rows], ub, casting="same_kind")  # round to float32
+        yield start, noise[:rows]
 
 
 def gumbel_noise(seed: int, sample_index: int, positions: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -111,17 +122,22 @@ def gumbel_noise(seed: int, sample_index: int, positions: torch.Tensor, vocab_si
     row index of the sample within its rollout file.
     """
     n = torch.as_tensor(positions).numel()
-    out = torch.empty(n, vocab_size, dtype=torch.float32)
+    out = np.empty((n, vocab_size), dtype=np.float32)
     for start, noise in _noise_blocks(seed, sample_index, positions, vocab_size):
         out[start : start + noise.shape[0]] = noise
-    return out
+    return torch.from_numpy(out)
 
 
 def score_blocks(
     logits: torch.Tensor, temperature: float, seed: int, sample_index: int, positions: torch.Tensor
-) -> Iterator[tuple[int, torch.Tensor]]:
+) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
     """Yield (first row, float32 [rows, vocab] perturbed scores) block by block, so a verifier can
-    reduce a long completion without holding all its noise at once."""
+    reduce a long completion without holding all its noise at once.
+
+    Scores are `float32(logits) / float32(temperature) + noise`, each operation a correctly
+    rounded float32 operation (no multiplication by a reciprocal). Each yielded array is a reused
+    buffer, valid until the next iteration.
+    """
     if logits.dim() != 2:
         raise ValueError(f"logits must be 2-D [n, vocab], got shape {tuple(logits.shape)}")
     if temperature < 0:
@@ -129,12 +145,19 @@ def score_blocks(
     n = torch.as_tensor(positions).numel()
     if n != logits.shape[0]:
         raise ValueError(f"{logits.shape[0]} rows of logits but {n} positions")
-    base = logits.detach().to(device="cpu", dtype=torch.float32)
+    base = logits.detach().to(device="cpu", dtype=torch.float32).numpy()
     if temperature == 0:
         yield 0, base  # greedy: no noise
         return
+    divisor = np.float32(temperature)
+    out: npt.NDArray[np.float32] | None = None
     for start, noise in _noise_blocks(seed, sample_index, positions, logits.shape[1]):
-        yield start, base[start : start + noise.shape[0]] / temperature + noise
+        if out is None:
+            out = np.empty_like(noise)
+        block = out[: noise.shape[0]]
+        np.divide(base[start : start + noise.shape[0]], divisor, out=block)
+        block += noise
+        yield start, block
 
 
 def scores(
@@ -142,18 +165,18 @@ def scores(
 ) -> torch.Tensor:
     """float32 [n, vocab]: the perturbed scores `logits.float() / temperature + gumbel_noise(...)`
     whose argmax is the sampled token (`logits.float()` itself when temperature == 0)."""
-    out = torch.empty(logits.shape[0], logits.shape[1], dtype=torch.float32)
+    out = np.empty(tuple(logits.shape), dtype=np.float32)
     for start, block in score_blocks(logits, temperature, seed, sample_index, positions):
         out[start : start + block.shape[0]] = block
-    return out
+    return torch.from_numpy(out)
 
 
 def sample_tokens(
     logits: torch.Tensor, temperature: float, seed: int, sample_index: int, positions: torch.Tensor
 ) -> torch.Tensor:
     """int64 [n]: argmax(logits.float() / temperature + gumbel_noise(...)) per row; temperature == 0
-    means plain argmax."""
-    out = torch.empty(logits.shape[0], dtype=torch.int64)
+    means plain argmax (the first maximal index on exact ties, as torch and numpy both do)."""
+    out = np.empty(logits.shape[0], dtype=np.int64)
     for start, block in score_blocks(logits, temperature, seed, sample_index, positions):
-        out[start : start + block.shape[0]] = block.argmax(dim=1)
-    return out
+        out[start : start + block.shape[0]] = block.argmax(axis=1)
+    return torch.from_numpy(out)

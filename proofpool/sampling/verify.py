@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
+import numpy as np
 import torch
 
 from proofpool.sampling.gumbel import score_blocks
@@ -25,6 +26,9 @@ cheap-model token usually trails the winner by whole units."""
 DEFAULT_MIN_FRACTION: Final = 1.0
 """Every token must be reproduced: the tolerance already absorbs engine numerics, and a single
 edited token (e.g. the final answer) is exactly the cheat that earns reward."""
+
+SamplingReason = Literal["length_exceeded", "sampling_mismatch", "eos_mismatch"]
+"""Why `sampling_verdict` rejected a sample."""
 
 
 @dataclass(frozen=True)
@@ -71,28 +75,26 @@ def verify(
     n, vocab = logits.shape if logits.dim() == 2 else (-1, -1)
     if n != len(tokens):
         raise ValueError(f"logits shape {tuple(logits.shape)} does not match {len(tokens)} completion tokens")
-    committed = torch.tensor(tokens, dtype=torch.int64)
-    in_vocab = (committed >= 0) & (committed < vocab)
-    safe = torch.where(in_vocab, committed, torch.zeros_like(committed))
-    exact = torch.zeros(n, dtype=torch.bool)
-    gaps = torch.full((n,), float("inf"), dtype=torch.float32)
+    in_vocab = np.array([0 <= t < vocab for t in tokens], dtype=bool)
+    safe = np.array([t if 0 <= t < vocab else 0 for t in tokens], dtype=np.int64)  # hostile ids: any int
+    exact = np.zeros(n, dtype=bool)
+    gaps = np.full(n, np.inf, dtype=np.float32)
     positions = torch.arange(n, dtype=torch.int64)
     for start, block in score_blocks(logits, temperature, seed, sample_index, positions):
         rows = slice(start, start + block.shape[0])
-        best, argmax = block.max(dim=1)
-        mine = block.gather(1, safe[rows, None]).squeeze(1)
-        exact[rows] = argmax == safe[rows]
-        gaps[rows] = best - mine
+        mine = block[np.arange(block.shape[0]), safe[rows]]
+        exact[rows] = block.argmax(axis=1) == safe[rows]
+        gaps[rows] = block.max(axis=1) - mine
     tolerance = tie_tolerance / temperature if temperature > 0 else tie_tolerance
-    tied = ~exact & (gaps <= tolerance)
+    tied = ~exact & (gaps <= tolerance) & in_vocab
     ok = (exact | tied) & in_vocab
-    gaps = torch.where(in_vocab, gaps, torch.full_like(gaps, float("inf")))
-    bad = (~ok).nonzero()
+    gaps[~in_vocab] = np.inf
+    bad = np.flatnonzero(~ok)
     return SamplingCheck(
         n_tokens=n,
         reproduced=int(ok.sum()),
-        tolerated_ties=int((tied & in_vocab).sum()),
-        first_mismatch=int(bad[0, 0]) if bad.numel() else None,
+        tolerated_ties=int(tied.sum()),
+        first_mismatch=int(bad[0]) if bad.size else None,
         eos_ok=_eos_ok(tokens, eos_token_id, max_tokens),
         length_ok=n <= max_tokens,
         max_gap=float(gaps.max()) if n else 0.0,
@@ -109,7 +111,7 @@ def _eos_ok(tokens: list[int], eos_token_id: int, max_tokens: int) -> bool:
 
 def sampling_verdict(
     check: SamplingCheck, min_fraction: float = DEFAULT_MIN_FRACTION
-) -> tuple[bool, str | None]:
+) -> tuple[bool, SamplingReason | None]:
     """Accept or reject one sample; the reason code names the first failing rule:
     `length_exceeded`, `sampling_mismatch` (reproduced fraction below `min_fraction`),
     `eos_mismatch`."""

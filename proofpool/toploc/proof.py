@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import torch
@@ -29,12 +29,15 @@ _WORD: Final = 2
 """Bytes per field element on the wire (the modulus and each coefficient)."""
 
 
+FormatReason = Literal["proof_not_bytes", "proof_wrong_length", "proof_bad_modulus", "proof_bad_coefficient"]
+
+
 class ProofFormatError(ToplocError):
     """A proof's bytes cannot be used; `reason` is the `ChunkCheck.error` code."""
 
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: FormatReason, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
-        self.reason = reason
+        self.reason: FormatReason = reason
 
 
 @dataclass(frozen=True)
@@ -144,9 +147,7 @@ def decode_proof(data: object, n_entries: int) -> Proof:
     words = np.frombuffer(raw, dtype=">u2").astype(np.int64)
     modulus = int(words[0])
     if not max(n_entries, 1) <= modulus <= PRIME:
-        raise ProofFormatError(
-            "proof_bad_modulus", f"modulus {modulus} outside [{max(n_entries, 1)}, {PRIME}]"
-        )
+        raise ProofFormatError("proof_bad_modulus", f"modulus {modulus} outside [{max(n_entries, 1)}, {PRIME}]")
     coeffs = words[1:]
     if coeffs.size and int(coeffs.max()) >= PRIME:
         raise ProofFormatError("proof_bad_coefficient", f"coefficient {int(coeffs.max())} >= {PRIME}")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Literal
 
 import numpy as np
 import torch
@@ -44,7 +44,20 @@ MAX_MANT_ERR_MEAN: Final = 10.0
 MAX_MANT_ERR_MEDIAN: Final = 8.0
 """Upper median of the same differences."""
 
-_COUNT_ERRORS: Final = frozenset({"proof_missing", "proof_extra", "proofs_not_a_list"})
+ProofError = Literal[
+    "proof_missing",
+    "proof_extra",
+    "proofs_not_a_list",
+    "proof_not_bytes",
+    "proof_wrong_length",
+    "proof_bad_modulus",
+    "proof_bad_coefficient",
+]
+"""Why a chunk's proof could not be used (`ChunkCheck.error`)."""
+ToplocReason = Literal["proof_count_mismatch", "proof_malformed", "toploc_exp_mismatch", "toploc_mantissa"]
+"""Why `toploc_verdict` rejected a sample."""
+
+_COUNT_ERRORS: Final = frozenset({"proof_missing", "proof_extra"})
 _EXP_MASK: Final = 0x7F80
 _MANT_MASK: Final = 0x007F
 
@@ -63,12 +76,11 @@ class ChunkCheck:
     """Mean |mantissa bits difference| over entries with matching exponents; NO_MATCH if none."""
     mant_err_median: float
     """Upper median of those differences; NO_MATCH if none."""
-    error: str | None = None
-    """Why the proof was unusable: proof_missing, proof_extra, proofs_not_a_list,
-    proof_not_bytes, proof_wrong_length, proof_bad_modulus, proof_bad_coefficient."""
+    error: ProofError | None = None
+    """Why the proof was unusable, None when it was evaluated."""
 
 
-def _failed(error: str, n_entries: int) -> ChunkCheck:
+def _failed(error: ProofError, n_entries: int) -> ChunkCheck:
     return ChunkCheck(exp_mismatches=n_entries, mant_err_mean=NO_MATCH, mant_err_median=NO_MATCH, error=error)
 
 
@@ -87,9 +99,7 @@ def verify_proofs(
     acts = to_bf16(activations)
     entries = chunk_entries(acts, chunk_size, topk)
     if not isinstance(proofs, list | tuple):
-        return [_failed("proofs_not_a_list", e.indices.size) for e in entries] or [
-            _failed("proofs_not_a_list", topk)
-        ]
+        return [_failed("proofs_not_a_list", e.indices.size) for e in entries] or [_failed("proofs_not_a_list", topk)]
     checks: list[ChunkCheck | None] = [None] * max(len(entries), len(proofs))
     usable: list[tuple[int, ChunkEntries, Proof]] = []
     for i in range(len(checks)):
@@ -120,9 +130,7 @@ def verify_proof_blob(
     if not isinstance(blob, bytes | bytearray | memoryview):
         entries = chunk_entries(acts, chunk_size, topk)
         return [_failed("proof_not_bytes", e.indices.size) for e in entries] or [_failed("proof_not_bytes", topk)]
-    return verify_proofs(
-        acts, split_proofs(blob, acts.shape[0], acts.shape[1], chunk_size, topk), chunk_size, topk
-    )
+    return verify_proofs(acts, split_proofs(blob, acts.shape[0], acts.shape[1], chunk_size, topk), chunk_size, topk)
 
 
 def _same_size_groups(
@@ -152,9 +160,7 @@ def _compare(group: list[tuple[int, ChunkEntries, Proof]]) -> list[ChunkCheck]:
     for b in range(len(group)):
         n = int(matches[b])
         if n == 0:
-            checks.append(
-                ChunkCheck(exp_mismatches=indices.shape[1], mant_err_mean=NO_MATCH, mant_err_median=NO_MATCH)
-            )
+            checks.append(ChunkCheck(exp_mismatches=indices.shape[1], mant_err_mean=NO_MATCH, mant_err_median=NO_MATCH))
             continue
         checks.append(
             ChunkCheck(
@@ -171,7 +177,7 @@ def toploc_verdict(
     max_exp_mismatches: int = MAX_EXP_MISMATCHES,
     max_mant_err_mean: float = MAX_MANT_ERR_MEAN,
     max_mant_err_median: float = MAX_MANT_ERR_MEDIAN,
-) -> tuple[bool, str | None]:
+) -> tuple[bool, ToplocReason | None]:
     """Accept or reject one sample's proofs; the reason code names the first failing rule.
 
     Rules in order: every proof present and no extra one (`proof_count_mismatch`), every proof

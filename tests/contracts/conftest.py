@@ -4,6 +4,7 @@ and restore it from an `evm_snapshot` around every test."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from eth_account import Account
 from web3 import Web3
 
 from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
-from proofpool.chain.artifacts import load_artifact
+from proofpool.chain.artifacts import Artifact, load_artifact
 from proofpool.chain.deploy import TOKEN, DeployParams, deploy_contracts, grant_role
 from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
@@ -52,6 +53,16 @@ def _compile_if_stale(contracts_dir: Path) -> None:
     top = sorted(str(p.relative_to(contracts_dir)) for p in (contracts_dir / "src").glob("*.sol"))
     subprocess.run([*COMPILE, *top], cwd=contracts_dir, check=True, capture_output=True)
     (contracts_dir / "build" / ".stamp").touch()
+
+
+def _compile_mock(contracts_dir: Path, name: str, out_dir: Path) -> Artifact:
+    """Compile a test-only contract from contracts/mocks/ (never part of `make contracts`)."""
+    subprocess.run(
+        [*COMPILE[:-1], str(out_dir), f"mocks/{name}.sol"], cwd=contracts_dir, check=True, capture_output=True
+    )
+    stem = out_dir / f"mocks_{name}_sol_{name}"
+    abi = json.loads(stem.with_suffix(".abi").read_text())
+    return Artifact(name=name, abi=abi, bytecode="0x" + stem.with_suffix(".bin").read_text().strip())
 
 
 @dataclass
@@ -112,9 +123,7 @@ def world(w3: Web3) -> World:
         actors["admin"].sender.transfer_eth(actors[name].address, 100 * 10**18)
 
     admin = actors["admin"]
-    params = DeployParams(
-        unbonding_period=UNBONDING_PERIOD, min_stake=MIN_STAKE, stake_per_compute_unit=STAKE_PER_UNIT
-    )
+    params = DeployParams(unbonding_period=UNBONDING_PERIOD, min_stake=MIN_STAKE, stake_per_compute_unit=STAKE_PER_UNIT)
     book = deploy_contracts(w3, admin.sender, params)
     grant_role(w3, admin.sender, book, "VALIDATOR_ROLE", actors["validator"].address)
     grant_role(w3, admin.sender, book, "VALIDATOR_ROLE", actors["validator2"].address)
@@ -128,8 +137,11 @@ def world(w3: Web3) -> World:
 
     for who in (world.provider, world.provider2, world.creator, world.outsider):
         c.fund(admin, who)
-    for provider, nodes in ((world.provider, [(world.node1, NODE1_UNITS), (world.node3, NODE3_UNITS)]),
-                            (world.provider2, [(world.node2, NODE2_UNITS)])):  # fmt: skip
+    holdings = [
+        (world.provider, [(world.node1, NODE1_UNITS), (world.node3, NODE3_UNITS)]),
+        (world.provider2, [(world.node2, NODE2_UNITS)]),
+    ]
+    for provider, nodes in holdings:
         provider.send(c.registry.functions.registerProvider())
         c.stake_tokens(provider, PROVIDER_STAKE)
         for node, units in nodes:
@@ -143,6 +155,12 @@ def world(w3: Web3) -> World:
     c.join(world.provider, world.manager, POOL_ID, world.node1, 1, expiry)
     c.join(world.provider2, world.manager, POOL_ID, world.node2, 2, expiry)
     return world
+
+
+@pytest.fixture(scope="session")
+def hostile_token_artifact(w3: Web3, tmp_path_factory: pytest.TempPathFactory) -> Artifact:
+    """contracts/mocks/HostileToken.sol: re-enters or returns false on transfer."""
+    return _compile_mock(get_settings().contracts_dir, "HostileToken", tmp_path_factory.mktemp("mocks"))
 
 
 @pytest.fixture(autouse=True)

@@ -182,18 +182,14 @@ class Deployment:
         signature = self.ownership_signature(node, provider)
         return provider.send(self.registry.functions.addNode(node.address, units, specs, signature))
 
-    def invite(
-        self, manager: Actor, pool_id: int, node: Actor | str, nonce: int, expiry: int, **domain: Any
-    ) -> bytes:
+    def invite(self, manager: Actor, pool_id: int, node: Actor | str, nonce: int, expiry: int, **domain: Any) -> bytes:
         """The manager's Invite signature (domain overridable: chain_id, contract)."""
         chain_id = domain.get("chain_id", self.w3.eth.chain_id)
         contract = domain.get("contract", self.book.compute_pool)
         address = node if isinstance(node, str) else node.address
         return sign_invite(manager.account, pool_id, address, nonce, expiry, chain_id, contract).signature
 
-    def join(
-        self, provider: Actor, manager: Actor, pool_id: int, node: Actor, nonce: int, expiry: int
-    ) -> TxReceipt:
+    def join(self, provider: Actor, manager: Actor, pool_id: int, node: Actor, nonce: int, expiry: int) -> TxReceipt:
         signature = self.invite(manager, pool_id, node, nonce, expiry)
         return provider.send(self.pool.functions.joinPool(pool_id, node.address, nonce, expiry, signature))
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from eth_account.messages import _hash_eip191_message, encode_typed_data
+from web3 import Web3
 
 from proofpool.chain.artifacts import load_artifact
 from tests.contracts.conftest import MIN_STAKE, NODE1_UNITS, NODE3_UNITS, PROVIDER_STAKE, STAKE_PER_UNIT, World
@@ -19,7 +20,7 @@ def _registered_outsider(world: World, stake: int = 0) -> None:
         world.c.stake_tokens(world.outsider, stake)
 
 
-def _add(world: World, provider, node, units: int, signature: bytes):  # noqa: ANN001, ANN202
+def _add(world: World, provider, node, units: int, signature: bytes):
     return provider.send(world.c.registry.functions.addNode(node.address, units, SPECS, signature))
 
 
@@ -126,7 +127,9 @@ class TestAddNode:
                 "chainId": world.c.w3.eth.chain_id,
                 "verifyingContract": world.c.book.compute_registry,
             },
-            message_types={"NodeOwnership": [{"name": "provider", "type": "address"}, {"name": "node", "type": "address"}]},
+            message_types={
+                "NodeOwnership": [{"name": "provider", "type": "address"}, {"name": "node", "type": "address"}]
+            },
             message_data={"provider": world.provider.address, "node": world.spare_node.address},
         )
         digest = world.c.registry.functions.nodeOwnershipDigest(world.provider.address, world.spare_node.address).call()
@@ -143,7 +146,13 @@ class TestRemoveNode:
             "providerComputeUnits": NODE3_UNITS,
         }
         fns = world.c.registry.functions
-        assert fns.getNode(world.node1.address).call() == [world.provider.address, NODE1_UNITS, b"\x01" * 32, False, False]
+        assert fns.getNode(world.node1.address).call() == [
+            world.provider.address,
+            NODE1_UNITS,
+            b"\x01" * 32,
+            False,
+            False,
+        ]
         assert fns.activeNodeProvider(world.node1.address).call() == ZERO_ADDRESS
         assert fns.providerComputeUnits(world.provider.address).call() == NODE3_UNITS
 
@@ -199,5 +208,15 @@ class TestConstruction:
             world.admin.sender.deploy(load_artifact("ComputeRegistry"), stake_manager, admin)
 
 
-def test_token_unit_sanity() -> None:
-    assert TOKEN == 10**18
+def test_eip712_domain_and_typehash(world: World) -> None:
+    fns = world.c.registry.functions
+    domain = fns.eip712Domain().call()
+    assert domain[1:5] == ["ProofpoolComputeRegistry", "1", world.c.w3.eth.chain_id, world.c.book.compute_registry]
+    assert bytes(fns.NODE_OWNERSHIP_TYPEHASH().call()) == Web3.keccak(
+        text="NodeOwnership(address provider,address node)"
+    )
+
+
+def test_stake_reads_in_whole_tokens(world: World) -> None:
+    assert world.c.stake.functions.activeStake(world.provider.address).call() == PROVIDER_STAKE
+    assert PROVIDER_STAKE % TOKEN == 0

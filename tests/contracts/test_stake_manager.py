@@ -3,9 +3,11 @@ first), required stake from registered compute units, admin setters."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from proofpool.chain.artifacts import load_artifact
+from proofpool.chain.artifacts import Artifact, load_artifact
 from tests.contracts.conftest import (
     MIN_STAKE,
     NODE1_UNITS,
@@ -122,7 +124,9 @@ class TestUnbond:
 
     def test_unbond_below_required_stake_reverts(self, world: World) -> None:
         amount = PROVIDER_STAKE - PROVIDER_REQUIRED + 1
-        with expect_revert("StakeManagerBelowRequiredStake", world.provider.address, PROVIDER_REQUIRED - 1, PROVIDER_REQUIRED):
+        with expect_revert(
+            "StakeManagerBelowRequiredStake", world.provider.address, PROVIDER_REQUIRED - 1, PROVIDER_REQUIRED
+        ):
             world.provider.send(world.c.stake.functions.unbond(amount))
 
     def test_without_compute_units_everything_can_unbond(self, world: World) -> None:
@@ -241,4 +245,40 @@ class TestAdmin:
             "oldStakePerComputeUnit": STAKE_PER_UNIT,
             "newStakePerComputeUnit": 3 * TOKEN,
         }
-        assert world.c.stake.functions.requiredStake(world.provider.address).call() == 7 * TOKEN + 3 * TOKEN * PROVIDER_UNITS
+        assert (
+            world.c.stake.functions.requiredStake(world.provider.address).call()
+            == 7 * TOKEN + 3 * TOKEN * PROVIDER_UNITS
+        )
+
+
+class TestHostileToken:
+    """StakeManager against a token that re-enters or lies (contracts/mocks/HostileToken.sol)."""
+
+    REENTER, RETURN_FALSE = 1, 2
+
+    def _setup(self, world: World, artifact: Artifact) -> tuple[Any, Any]:
+        token_address = world.admin.sender.deploy(artifact)
+        token = world.c.w3.eth.contract(address=token_address, abi=artifact.abi)
+        stake_address = world.admin.sender.deploy(
+            load_artifact("StakeManager"), token_address, world.admin.address, 60, 0, 0
+        )
+        stake = world.c.w3.eth.contract(address=stake_address, abi=load_artifact("StakeManager").abi)
+        world.provider.send(token.functions.mint(world.provider.address, 100))
+        world.provider.send(token.functions.approve(stake_address, 100))
+        world.provider.send(stake.functions.stake(100))
+        world.provider.send(stake.functions.unbond(100))
+        world.chain.increase_time(60)
+        return token, stake
+
+    def test_reentrant_withdraw_is_refused(self, world: World, hostile_token_artifact: Artifact) -> None:
+        token, stake = self._setup(world, hostile_token_artifact)
+        payload = stake.functions.withdraw()._encode_transaction_data()
+        world.provider.send(token.functions.arm(self.REENTER, stake.address, payload))
+        with expect_revert("ReentrancyGuardReentrantCall"):
+            world.provider.send(stake.functions.withdraw())
+
+    def test_token_returning_false_reverts(self, world: World, hostile_token_artifact: Artifact) -> None:
+        token, stake = self._setup(world, hostile_token_artifact)
+        world.provider.send(token.functions.arm(self.RETURN_FALSE, ZERO_ADDRESS, b""))
+        with expect_revert("SafeERC20FailedOperation", token.address):
+            world.provider.send(stake.functions.withdraw())

@@ -53,8 +53,8 @@ HOSTILE = [
     ("one missing", lambda p: p[:-1], "proof_missing", "proof_count_mismatch"),
     ("one extra", lambda p: [*p, p[0]], "proof_extra", "proof_count_mismatch"),
     ("no proofs", lambda p: [], "proof_missing", "proof_count_mismatch"),
-    ("not a list", lambda p: None, "proofs_not_a_list", "proof_count_mismatch"),
-    ("a blob, not a list", lambda p: join_proofs(p), "proofs_not_a_list", "proof_count_mismatch"),
+    ("not a list", lambda p: None, "proofs_not_a_list", "proof_malformed"),
+    ("a blob, not a list", lambda p: join_proofs(p), "proofs_not_a_list", "proof_malformed"),
 ]
 
 

@@ -15,7 +15,9 @@ import torch
 from proofpool.toploc import build_proofs, toploc_verdict, verify_proofs
 from proofpool.toploc.field import PRIME, evaluate, find_injective_modulus, interpolate, inverse_table
 
-VECTOR_DIR = Path(os.environ.get("PROOFPOOL_TOPLOC_VECTORS", Path(__file__).parents[2].parent / "shared" / "toploc-vectors"))
+VECTOR_DIR = Path(
+    os.environ.get("PROOFPOOL_TOPLOC_VECTORS", Path(__file__).parents[2].parent / "shared" / "toploc-vectors")
+)
 VECTOR_FILES = sorted(VECTOR_DIR.glob("*.json"))
 
 
