@@ -284,6 +284,16 @@ class ComputeRegistry(ContractBinding):
     def provider_compute_units(self, provider: str) -> int:
         return int(self._call(self.contract.functions.providerComputeUnits(to_checksum_address(provider))))
 
+    def active_node_provider(self, node: str) -> str | None:
+        """The provider of `node` while it is active in the registry, else None."""
+        provider = self._call(self.contract.functions.activeNodeProvider(to_checksum_address(node)))
+        return None if int(provider, 16) == 0 else to_checksum_address(provider)
+
+    def node_ownership_digest(self, provider: str, node: str) -> bytes:
+        """The EIP-712 digest a node key signs for `addNode` (to check off-chain signers)."""
+        fn = self.contract.functions.nodeOwnershipDigest(to_checksum_address(provider), to_checksum_address(node))
+        return bytes(self._call(fn))
+
     def is_provider(self, account: str) -> bool:
         return bool(self._call(self.contract.functions.isProvider(to_checksum_address(account))))
 

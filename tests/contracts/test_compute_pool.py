@@ -561,6 +561,14 @@ class TestInvalidateWork:
         key = submitted(world, "forged")
         treasury_before = world.c.balance(world.treasury)
         receipt = self._invalidate(world, key)
+        assert [e.name for e in world.c.events(receipt)] == [
+            "WorkInvalidated",
+            "NodeEjected",
+            "Slashed",
+            "Transfer",  # stake manager -> pool
+            "SlashDistributed",
+            "Transfer",  # pool -> treasury
+        ]
         assert world.c.event(receipt, "WorkInvalidated") == {
             "poolId": POOL_ID,
             "workKey": key,

@@ -49,3 +49,28 @@ def test_chain_loop_slashes_the_cheater_and_pays_the_honest_provider(anvil):
         assert "SlashDistributed" in text and "25.5" in text  # validator: 25 slash share + 0.5 fee
     finally:
         anvil.rpc("evm_revert", [snapshot])
+
+
+def test_registry_views_agree_with_the_off_chain_signer(anvil):
+    from proofpool.chain.signing import sign_node_ownership
+
+    snapshot = anvil.rpc("evm_snapshot")
+    try:
+        cast = Cast()
+        w3 = connect(anvil.url)
+        book = deploy_contracts(w3, TxSender(w3, cast.admin))
+        client = ChainClient.build(w3, book, cast.admin)
+        provider = client.as_account(cast.alice)
+        assert provider.registry.active_node_provider(cast.alice_node.address) is None
+        client.token.mint(cast.alice.address, 1_000 * TOKEN)
+        provider.registry.register_provider()
+        provider.token.approve(provider.stake_manager.address, 200 * TOKEN)
+        provider.stake_manager.stake(200 * TOKEN)
+        signature = sign_node_ownership(cast.alice_node, cast.alice.address, client.chain_id, client.registry.address)
+        digest = client.registry.node_ownership_digest(cast.alice.address, cast.alice_node.address)
+        assert w3.eth.account._recover_hash(digest, signature=signature) == cast.alice_node.address
+        provider.registry.add_node(cast.alice_node.address, 2, b"\x00" * 32, signature)
+        assert provider.registry.active_node_provider(cast.alice_node.address) == cast.alice.address
+        assert client.registry.get_node(cast.alice_node.address).compute_units == 2
+    finally:
+        anvil.rpc("evm_revert", [snapshot])

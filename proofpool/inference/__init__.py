@@ -1,0 +1,1 @@
+"""Validator-side inference: recompute activations and logits, and judge one sample."""

