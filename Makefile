@@ -24,15 +24,15 @@ $(VENV)/.setup-stamp: pyproject.toml
 	touch $@
 
 contracts/node_modules/.stamp: contracts/package.json contracts/package-lock.json
-	cd contracts && npm ci --no-audit --no-fund --loglevel=error
+	# `npm install` honours the lock file; `npm ci` refuses it because npm leaves anvil's
+	# optional per-platform packages for other platforms out of the lock.
+	cd contracts && npm install --no-audit --no-fund --loglevel=error
 	touch $@
 
 contracts: contracts/build/.stamp
 
-contracts/build/.stamp: $(SOL) contracts/node_modules/.stamp
-	cd contracts && rm -rf build && ./node_modules/.bin/solcjs --bin --abi --optimize --optimize-runs 200 \
-		--base-path . --include-path node_modules -o build src/*.sol
-	touch $@
+contracts/build/.stamp: $(SOL) contracts/node_modules/.stamp $(VENV)/.setup-stamp
+	$(PY) -m proofpool.chain.compile
 
 test: setup contracts
 	$(PY) -m pytest -q

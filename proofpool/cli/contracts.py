@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-
 import typer
 
 from proofpool.chain.accounts import load_account
@@ -18,7 +16,7 @@ from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import parse_pool
 from proofpool.cli.common import JsonOption, KeyOption, RpcOption, console, print_json
-from proofpool.config import REPO_ROOT, get_settings
+from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
 
 app = typer.Typer(no_args_is_help=True)
@@ -27,9 +25,10 @@ app = typer.Typer(no_args_is_help=True)
 @app.command()
 def build() -> None:
     """Compile the Solidity sources (same as `make contracts`)."""
-    done = subprocess.run(["make", "-C", str(REPO_ROOT), "contracts"], check=False)
-    if done.returncode != 0:
-        raise ProofpoolError("compilation failed (see the solc output above)")
+    from proofpool.chain.compile import compile_contracts
+
+    out = compile_contracts()
+    console.print(f"compiled contracts into {out}")
 
 
 @app.command()

@@ -14,7 +14,6 @@ that a sample at T=1 is exactly right, and whether greedy decoding would be.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace

@@ -5,7 +5,6 @@ and restore it from an `evm_snapshot` around every test."""
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,10 +15,10 @@ from web3 import Web3
 
 from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
 from proofpool.chain.artifacts import Artifact, load_artifact
+from proofpool.chain.compile import build_is_stale, compile_contracts, compile_sources
 from proofpool.chain.deploy import TOKEN, DeployParams, deploy_contracts, grant_role
 from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
-from proofpool.config import get_settings
 from tests.contracts.helpers import Actor, Chain, Deployment
 
 UNBONDING_PERIOD = 7 * 24 * 3600
@@ -36,30 +35,10 @@ MODEL_URI = "hf://proofpool/tiny-llama-arith"
 NODE1_UNITS, NODE2_UNITS, NODE3_UNITS = 4, 2, 2
 POOL_ID = 1
 
-COMPILE = [
-    "./node_modules/.bin/solcjs", "--bin", "--abi", "--optimize", "--optimize-runs", "200",
-    "--base-path", ".", "--include-path", "node_modules", "-o", "build",
-]  # fmt: skip
 
-
-def _compile_if_stale(contracts_dir: Path) -> None:
-    """Run the `make contracts` command when build/ is missing or older than a source."""
-    sources = sorted((contracts_dir / "src").glob("**/*.sol"))
-    artifacts = list((contracts_dir / "build").glob("src_*_sol_*.bin"))
-    newest_source = max(p.stat().st_mtime for p in sources)
-    if artifacts and min(p.stat().st_mtime for p in artifacts) >= newest_source:
-        return
-    subprocess.run(["rm", "-rf", "build"], cwd=contracts_dir, check=True)
-    top = sorted(str(p.relative_to(contracts_dir)) for p in (contracts_dir / "src").glob("*.sol"))
-    subprocess.run([*COMPILE, *top], cwd=contracts_dir, check=True, capture_output=True)
-    (contracts_dir / "build" / ".stamp").touch()
-
-
-def _compile_mock(contracts_dir: Path, name: str, out_dir: Path) -> Artifact:
+def _compile_mock(name: str, out_dir: Path) -> Artifact:
     """Compile a test-only contract from contracts/mocks/ (never part of `make contracts`)."""
-    subprocess.run(
-        [*COMPILE[:-1], str(out_dir), f"mocks/{name}.sol"], cwd=contracts_dir, check=True, capture_output=True
-    )
+    compile_sources([f"mocks/{name}.sol"], out_dir)
     stem = out_dir / f"mocks_{name}_sol_{name}"
     abi = json.loads(stem.with_suffix(".abi").read_text())
     return Artifact(name=name, abi=abi, bytecode="0x" + stem.with_suffix(".bin").read_text().strip())
@@ -104,7 +83,8 @@ class World:
 
 @pytest.fixture(scope="session")
 def w3(anvil: AnvilProcess) -> Web3:
-    _compile_if_stale(get_settings().contracts_dir)
+    if build_is_stale():
+        compile_contracts()
     return connect(anvil.url)
 
 
@@ -160,7 +140,7 @@ def world(w3: Web3) -> World:
 @pytest.fixture(scope="session")
 def hostile_token_artifact(w3: Web3, tmp_path_factory: pytest.TempPathFactory) -> Artifact:
     """contracts/mocks/HostileToken.sol: re-enters or returns false on transfer."""
-    return _compile_mock(get_settings().contracts_dir, "HostileToken", tmp_path_factory.mktemp("mocks"))
+    return _compile_mock("HostileToken", tmp_path_factory.mktemp("mocks"))
 
 
 @pytest.fixture(autouse=True)
