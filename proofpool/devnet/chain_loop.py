@@ -229,7 +229,8 @@ def main(console: Console, rpc_url: str | None = None) -> ChainLoopResult:
     try:
         w3 = connect(rpc_url)
         book = deploy_contracts(w3, TxSender(w3, cast.admin))
-        path = write_address_book(book, settings.deployments_dir)
+        # a throw-away chain's address book stays with the throw-away state
+        path = write_address_book(book, settings.state_dir / "deployments" if anvil else settings.deployments_dir)
         console.print(f"[bold]contracts[/bold] deployed, address book {path}")
         client = ChainClient.build(w3, book, cast.admin)
         result = run_chain_loop(client, cast, lambda line: console.print(f"  • {line}"))
