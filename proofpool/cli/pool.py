@@ -22,8 +22,8 @@ from proofpool.cli.common import (
     print_json,
     reader_client,
     report_tx,
+    signer_client,
 )
-from proofpool.cli.common import signer_client as client_for
 from proofpool.errors import ProofpoolError
 
 app = typer.Typer(no_args_is_help=True)
@@ -45,7 +45,7 @@ def create(
     rpc_url: RpcOption = None,
 ) -> None:
     """Create a pool (you become its creator); optionally fund and start it."""
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     params = PoolParams(
         manager=manager or client.address,
         treasury=treasury or client.address,
@@ -80,7 +80,7 @@ def fund(
     rpc_url: RpcOption = None,
 ) -> None:
     """Add tokens to a pool's reward budget (anyone may)."""
-    _fund(client_for(key, rpc_url), pool_id, amount)
+    _fund(signer_client(key, rpc_url), pool_id, amount)
 
 
 @app.command()
@@ -88,7 +88,7 @@ def start(
     pool_id: int = typer.Argument(..., help="Pool id."), key: KeyOption = None, rpc_url: RpcOption = None
 ) -> None:
     """Open a pool for joins and submissions (creator or manager)."""
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
 
 
@@ -138,7 +138,7 @@ def publish_checkpoint(
     digest = bytes.fromhex(manifest_sha256.removeprefix("0x"))
     if len(digest) != 32:
         raise ProofpoolError("manifest sha256 must be 32 bytes of hex")
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     receipt = client.pool.publish_checkpoint(pool_id, version, digest, uri)
     report_tx(client, f"published checkpoint {version} of pool {pool_id}", receipt)
 

@@ -19,8 +19,8 @@ from proofpool.cli.common import (
     print_json,
     reader_client,
     report_tx,
+    signer_client,
 )
-from proofpool.cli.common import signer_client as client_for
 from proofpool.errors import ProofpoolError
 
 app = typer.Typer(no_args_is_help=True)
@@ -29,7 +29,7 @@ app = typer.Typer(no_args_is_help=True)
 @app.command()
 def register(key: KeyOption = None, rpc_url: RpcOption = None) -> None:
     """Register the key's address as a compute provider."""
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     report_tx(client, f"registered provider {client.address}", client.registry.register_provider())
 
 
@@ -40,7 +40,7 @@ def stake(
     rpc_url: RpcOption = None,
 ) -> None:
     """Stake tokens so your nodes may join pools (approves the StakeManager first if needed)."""
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     units = parse_pool(amount)
     approval = client.token.ensure_allowance(client.stake_manager.address, units)
     if approval is not None:
@@ -55,7 +55,7 @@ def unbond(
     rpc_url: RpcOption = None,
 ) -> None:
     """Start unbonding stake: withdrawable after the unbonding period, slashable until then."""
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     receipt = client.stake_manager.unbond(parse_pool(amount))
     _, matures_at = client.stake_manager.unbonding(client.address)
     report_tx(client, f"unbonding {amount} POOL, withdrawable from unix time {matures_at}", receipt)
@@ -64,7 +64,7 @@ def unbond(
 @app.command()
 def withdraw(key: KeyOption = None, rpc_url: RpcOption = None) -> None:
     """Withdraw matured unbonded stake."""
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     report_tx(client, "withdrew unbonded stake", client.stake_manager.withdraw())
 
 
@@ -92,7 +92,7 @@ def add_node(
     rpc_url: RpcOption = None,
 ) -> None:
     """Add a node; required stake grows with your total compute units."""
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     if node_key:
         node_account = load_account(node_key)
         node = node_account.address
@@ -124,7 +124,7 @@ def join(
         )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise ProofpoolError(f"{invite_file} is not an invite file: {exc}") from exc
-    client = client_for(key, rpc_url)
+    client = signer_client(key, rpc_url)
     report_tx(client, f"node {invite.node} joined pool {invite.pool_id}", client.pool.join_pool(invite))
 
 
