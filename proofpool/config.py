@@ -51,6 +51,63 @@ class Settings(BaseSettings):
         validation_alias=AliasChoices("S3_ENDPOINT_URL", "PROOFPOOL_S3_ENDPOINT_URL"),
     )
 
+    broker_url: str | None = None
+    """Celery broker; default: REDIS_URL. RabbitMQ (amqp://) also works."""
+    celery_visibility_timeout: int = Field(120, ge=5)
+    """Seconds before Redis redelivers the unacknowledged task of a dead worker."""
+
+    # --- object store ---
+    s3_bucket: str = "proofpool"
+    """Bucket holding rollout files and checkpoints."""
+    s3_region: str = "us-east-1"
+    s3_access_key: str = Field(
+        "proofpool-devnet", validation_alias=AliasChoices("AWS_ACCESS_KEY_ID", "PROOFPOOL_S3_ACCESS_KEY"), repr=False
+    )
+    s3_secret_key: str = Field(
+        "proofpool-devnet-secret",
+        validation_alias=AliasChoices("AWS_SECRET_ACCESS_KEY", "PROOFPOOL_S3_SECRET_KEY"),
+        repr=False,
+    )
+    upload_max_bytes: int = Field(64 * 1024 * 1024, ge=1)
+    """Largest rollout file a node may upload."""
+    upload_url_ttl: int = Field(900, ge=1)
+    """Seconds a presigned upload URL stays valid."""
+    upload_rate_per_minute: int = Field(30, ge=1)
+    """Upload URLs one node may request per minute."""
+
+    # --- backend ---
+    backend_url: str = "http://127.0.0.1:8000"
+    """Where nodes and CLIs reach the backend."""
+    backend_host: str = "127.0.0.1"
+    backend_port: int = Field(8000, ge=1, le=65535)
+    db_pool_min: int = Field(1, ge=1)
+    db_pool_max: int = Field(10, ge=1)
+    signature_max_skew: int = Field(300, ge=1)
+    """Seconds a signed request's timestamp may differ from the server clock."""
+    request_max_bytes: int = Field(1024 * 1024, ge=1)
+    """Largest JSON body the API accepts."""
+    manager_private_key: str | None = Field(None, repr=False)
+    """Pool manager key held by the orchestrator to sign invites and eject nodes. Never logged."""
+    heartbeat_interval: float = Field(10.0, gt=0)
+    """Seconds between node heartbeats."""
+    unhealthy_after: float = Field(30.0, gt=0)
+    """A node whose last heartbeat is older than this is Unhealthy."""
+    dead_after: float = Field(120.0, gt=0)
+    """A node whose last heartbeat is older than this is Dead and ejected from its pool."""
+
+    # --- indexer ---
+    confirmations: int = Field(0, ge=0)
+    """Blocks to wait before indexing a block (0 on the devnet)."""
+    indexer_batch_blocks: int = Field(500, ge=1)
+    """Blocks per eth_getLogs request."""
+    indexer_poll_interval: float = Field(1.0, gt=0)
+    """Seconds between polls when the indexer is caught up."""
+
+    @property
+    def celery_broker_url(self) -> str:
+        """The broker Celery uses (BROKER_URL, else REDIS_URL)."""
+        return self.broker_url or self.redis_url
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

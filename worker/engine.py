@@ -134,34 +134,34 @@ class _Capture:
         started = time.perf_counter()
         hidden = output[0] if isinstance(output, tuple) else output  # vLLM's fused norm returns (out, residual)
         req_ids, offsets, positions = self.layout.read(hidden.shape[0])
-        keep_rows: list[np.ndarray] = []
-        keep_keys: list[np.ndarray] = []
-        for i, req_id in enumerate(req_ids):
-            tag = self._tags.get(req_id)
-            if tag is None:
-                tag = self._tags[req_id] = self.layout.request_tag(req_id)
-            key, prompt_len = tag
-            if key is None:
-                continue
-            rows = np.arange(offsets[i], offsets[i + 1])
-            rows = rows[positions[rows] >= prompt_len - 1]  # earlier prompt rows never enter a proof
-            if rows.size:
-                keep_rows.append(rows)
-                keep_keys.append(np.full(rows.size, key, dtype=np.int64))
-        if keep_rows:
-            rows = np.concatenate(keep_rows)
+        tags = [self._tag(r) for r in req_ids]
+        counts = np.diff(offsets)
+        row_keys = np.repeat(np.array([-1 if k is None else k for k, _ in tags], dtype=np.int64), counts)
+        row_first = np.repeat(np.array([n - 1 for _, n in tags], dtype=np.int64), counts)
+        keep = (row_keys >= 0) & (positions >= row_first)  # earlier prompt rows never enter a proof
+        total = int(offsets[-1])
+        if keep.all():  # the common decode step: every row is one of ours
+            self.rows.append(hidden[:total].to(torch.bfloat16, copy=True).cpu())
+            self.keys.append(row_keys)
+            self.positions.append(positions)
+        elif keep.any():
+            rows = np.flatnonzero(keep)
             self.rows.append(hidden[torch.from_numpy(rows)].to(torch.bfloat16).cpu())
-            self.keys.append(np.concatenate(keep_keys))
+            self.keys.append(row_keys[rows])
             self.positions.append(positions[rows])
         self.seconds += time.perf_counter() - started
 
-    def reset(self) -> None:
-        """Forget captured rows (request tags stay valid: vLLM never reuses a request id)."""
-        self.rows, self.keys, self.positions, self.seconds = [], [], [], 0.0
+    def _tag(self, req_id: str) -> tuple[int | None, int]:
+        """`request_tag`, looked up once per request."""
+        tag = self._tags.get(req_id)
+        if tag is None:
+            tag = self._tags[req_id] = self.layout.request_tag(req_id)
+        return tag
 
-    def gather(self, key: int, first: int, count: int) -> torch.Tensor | None:
-        """Rows of request `key` at absolute positions first..first+count-1, or None if any is missing."""
-        return self.table().get(key, first, count)
+    def reset(self) -> None:
+        """Forget captured rows and request tags (`generate` is synchronous: no request outlives it)."""
+        self.rows, self.keys, self.positions, self.seconds = [], [], [], 0.0
+        self._tags = {}
 
     def table(self) -> _RowTable:
         """An index over everything captured so far."""
@@ -183,6 +183,7 @@ class _RowTable:
         self._keys, self._positions, self._order = keys[order], positions[order], order
 
     def get(self, key: int, first: int, count: int) -> torch.Tensor | None:
+        """Rows of request `key` at positions first..first+count-1, or None if any is missing."""
         lo, hi = np.searchsorted(self._keys, key, "left"), np.searchsorted(self._keys, key, "right")
         pos = self._positions[lo:hi]
         wanted = np.arange(first, first + count)
@@ -220,6 +221,19 @@ class InferenceEngine:
         self._next_key = 0
         self.last_capture_seconds = 0.0
         """Time spent inside the capture hook during the last `generate` call."""
+
+    def close(self) -> None:
+        """Remove the capture hook and stop vLLM's engine core (frees the KV cache)."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+        self.llm.llm_engine.engine_core.shutdown()
+
+    def __enter__(self) -> InferenceEngine:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
 
     @property
     def hidden_size(self) -> int:

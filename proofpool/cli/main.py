@@ -31,6 +31,11 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
     ("provider", "provider", "Compute providers: register, stake, add nodes, unbond, withdraw."),
     ("pool", "pool", "Pool creators and managers: create, fund, start, invite, publish checkpoints."),
     ("model", "model", "Build and warm up the local devnet model."),
+    ("db", "db", "Operators: create and migrate the PostgreSQL schema."),
+    ("indexer", "indexer", "Operators: follow the chain into PostgreSQL and dispatch validations."),
+    ("backend", "backend", "Operators: run the HTTP backend (discovery, orchestrator, uploads, ledger)."),
+    ("storage", "storage", "Operators: run the devnet S3 object store (SeaweedFS)."),
+    ("ledger", "ledger", "Auditors: query the contribution ledger."),
     ("devnet", "devnet", "Run the embedded devnet market end to end."),
 )
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
@@ -110,11 +110,9 @@ class ModelManifest:
 
 def settings_digest(*parts: object) -> str:
     """sha256 hex of the canonical JSON of `parts` (dataclasses as dicts) plus build version + vocab."""
-    payload = [
-        BUILD_VERSION,
-        list(VOCAB),
-        *(asdict(p) if hasattr(p, "__dataclass_fields__") else p for p in parts),
-    ]  # type: ignore[call-overload]
+    payload: list[object] = [BUILD_VERSION, list(VOCAB)]
+    for part in parts:
+        payload.append(asdict(part) if is_dataclass(part) and not isinstance(part, type) else part)
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
@@ -149,10 +147,13 @@ def save_model(model: LlamaForCausalLM, path: Path, manifest: ModelManifest) -> 
     import torch
 
     path.mkdir(parents=True, exist_ok=True)
-    bf16 = model.to(torch.bfloat16)
-    bf16.config.dtype = torch.bfloat16
-    bf16.save_pretrained(str(path), safe_serialization=True)
-    model.to(torch.float32)
+    dtype = next(model.parameters()).dtype
+    model.to(torch.bfloat16)  # in place: nn.Module.to converts the module itself
+    model.config.dtype = torch.bfloat16
+    try:
+        model.save_pretrained(str(path), safe_serialization=True)
+    finally:
+        model.to(dtype)  # hand the caller's model back in its own dtype
     save_tokenizer(path)
     (path / MANIFEST_NAME).write_text(manifest.to_json())
     return path

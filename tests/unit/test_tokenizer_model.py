@@ -113,7 +113,9 @@ def test_prefill_rows_are_the_states_that_produced_each_completion_token(tiny_mo
 
 def test_batched_prefill_matches_single_prefill(tiny_model_dir: Path) -> None:
     model = load_model(tiny_model_dir, "bf16")
-    samples = [(Problem(a, b).prompt_tokens(), [*encode_text(str(a + b)), EOS_ID]) for a, b in [(1, 2), (45, 67), (9, 90)]]
+    samples = [
+        (Problem(a, b).prompt_tokens(), [*encode_text(str(a + b)), EOS_ID]) for a, b in [(1, 2), (45, 67), (9, 90)]
+    ]
     batched = prefill_batch(model, samples, max_batch_tokens=20)  # forces two batches
     for (prompt, completion), rec in zip(samples, batched, strict=True):
         single = prefill(model, prompt, completion)
@@ -155,3 +157,24 @@ def test_warmup_is_deterministic(tmp_path: Path) -> None:
         warmup(d, spec, progress=None)
     a, b = (load_model(d) for d in dirs)
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+
+
+def test_cli_model_init_warmup_and_path(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from proofpool.cli.model import app
+
+    runner = CliRunner()
+    model_dir = tmp_path / "m"
+    result = runner.invoke(
+        app, ["init", str(model_dir), "--seed", "2", "--hidden", "64", "--layers", "1", "--heads", "2"]
+    )
+    assert result.exit_code == 0, result.output
+    result = runner.invoke(app, ["warmup", str(model_dir), "--steps", "2", "--batch-size", "4"])
+    assert result.exit_code == 0, result.output
+    manifest = read_manifest(model_dir)
+    assert manifest is not None and manifest.spec.seed == 2 and manifest.warmup is not None
+    result = runner.invoke(app, ["path", "--json", "--cache-dir", str(tmp_path / "cache")])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(result.output)
+    assert payload["ready"] is False and payload["path"].startswith(str(tmp_path / "cache"))

@@ -1,0 +1,74 @@
+"""The FastAPI application factory. Nothing is built at import time: `create_app(settings)`
+wires routers, error handlers and a lifespan that opens the PostgreSQL pool and Redis."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from psycopg_pool import AsyncConnectionPool
+from redis.asyncio import Redis
+
+from backend.api import health
+from backend.api.errors import install_error_handlers
+from proofpool.config import Settings, get_settings
+from proofpool.errors import ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+API_PREFIX = "/v1"
+
+
+@asynccontextmanager
+async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+    settings: Settings = app.state.settings
+    pool = AsyncConnectionPool(
+        settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max, open=False
+    )
+    try:
+        await pool.open(wait=True, timeout=10)
+    except Exception as exc:
+        raise ServiceUnavailable(
+            f"PostgreSQL not reachable at {settings.database_url}: {exc}. Start it, e.g. "
+            "`pg_ctlcluster 15 main start`, and run `proofpool db upgrade`"
+        ) from exc
+    redis = Redis.from_url(settings.redis_url)
+    app.state.db, app.state.redis = pool, redis
+    log.info("backend started", extra={"database": settings.database_url, "redis": settings.redis_url})
+    try:
+        yield
+    finally:
+        await redis.aclose()
+        await pool.close()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The backend app; routers by audience, all under /v1 except health and metrics."""
+    app = FastAPI(
+        title="proofpool backend",
+        version="0.1.0",
+        description="Discovery, orchestration, uploads and the public contribution ledger of proofpool.",
+        lifespan=lifespan,
+        generate_unique_id_function=lambda route: f"{route.tags[0]}-{route.name}" if route.tags else route.name,
+    )
+    app.state.settings = settings or get_settings()
+    install_error_handlers(app)
+    app.include_router(health.router)
+    for router in _api_routers():
+        app.include_router(router, prefix=API_PREFIX)
+    return app
+
+
+def _api_routers() -> list:
+    import importlib
+
+    routers = []
+    for name in ("nodes", "orchestrator", "uploads", "ledger"):
+        try:
+            routers.append(importlib.import_module(f"backend.api.{name}").router)
+        except ModuleNotFoundError as exc:
+            if exc.name != f"backend.api.{name}":
+                raise
+    return routers
