@@ -10,7 +10,7 @@ from functools import cache
 from typing import Any
 
 from eth_abi import decode as abi_decode
-from eth_utils import keccak, to_bytes
+from eth_utils import keccak, to_bytes, to_checksum_address
 
 from proofpool.errors import ProofpoolError
 
@@ -50,6 +50,11 @@ def _show(value: Any) -> str:
     if isinstance(value, bytes):
         return "0x" + value.hex()
     return str(value)
+
+
+def _checksummed(kind: str, value: Any) -> Any:
+    """Addresses as checksummed strings, the form every other proofpool API uses."""
+    return to_checksum_address(value) if kind == "address" else value
 
 
 def _signature(entry: dict) -> str:
@@ -95,6 +100,7 @@ def decode_revert(data: bytes | str | None) -> ContractRevert:
         if known is None:
             return ContractRevert("UnknownError", ("0x" + raw.hex(),), raw)
         name, types = known
-        return ContractRevert(name, tuple(abi_decode(types, body)), raw)
+        values = abi_decode(types, body)
+        return ContractRevert(name, tuple(_checksummed(t, v) for t, v in zip(types, values, strict=True)), raw)
     except Exception as exc:  # noqa: BLE001 - malformed revert data is itself a revert to report
         return ContractRevert("MalformedRevert", ("0x" + raw.hex(), str(exc)), raw)

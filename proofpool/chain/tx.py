@@ -106,10 +106,9 @@ class TxSender:
         """
         tx: dict[str, Any] = {"from": self.address, "value": value, "chainId": self._chain_id}
         try:
-            built = fn.build_transaction({**tx, "gas": gas or 1}) if gas else None
-            if built is None:
-                estimate = fn.estimate_gas({"from": self.address, "value": value})
-                built = fn.build_transaction({**tx, "gas": int(estimate * _GAS_MARGIN)})
+            if gas is None:
+                gas = int(fn.estimate_gas({"from": self.address, "value": value}) * _GAS_MARGIN)
+            built = fn.build_transaction({**tx, "gas": gas})
         except Exception as exc:
             revert = revert_from_exception(exc)
             if revert is None:

@@ -78,3 +78,23 @@ def test_unmined_transaction_times_out_with_a_clear_error(anvil):
     finally:
         w3.provider.make_request("evm_setAutomine", [True])
         w3.provider.make_request("evm_mine", [])
+
+
+def test_a_mined_revert_is_replayed_and_named(anvil):
+    from proofpool.chain.bindings import PoolToken
+    from proofpool.chain.deploy import deploy_contracts
+    from proofpool.chain.errors import ContractRevert
+
+    w3 = connect(anvil.url)
+    book = deploy_contracts(w3, TxSender(w3, Account.from_key(ANVIL_KEYS[0])))
+    outsider = TxSender(w3, Account.from_key(ANVIL_KEYS[5]))
+    token = PoolToken(w3, book.pool_token, outsider)
+    # an explicit gas limit skips the estimate, so the revert happens on-chain
+    with pytest.raises(ContractRevert) as caught:
+        outsider.send(token.contract.functions.mint(outsider.address, 1), gas=200_000)
+    assert caught.value.name == "AccessControlUnauthorizedAccount"
+    assert caught.value.args[0] == outsider.address
+    # and the estimate path names the same error before anything is sent
+    with pytest.raises(ContractRevert) as early:
+        token.mint(outsider.address, 1)
+    assert early.value.name == "AccessControlUnauthorizedAccount"
