@@ -1,0 +1,158 @@
+"""Orchestrator: signed `POST /v1/heartbeat` (liveness + assignment) and signed
+`GET /v1/invites/{node}` (the pool manager's EIP-712 invite, asked for by the node's provider)."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from eth_utils import to_checksum_address
+from fastapi import APIRouter, Body, Path, Query
+from prometheus_client import Counter
+from pydantic import BaseModel, ConfigDict, Field
+
+from backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller
+from backend.orchestrator import heartbeat as beats
+from backend.orchestrator import invites
+from backend.orchestrator.states import Liveness, NodeState
+
+router = APIRouter(tags=["orchestrator"])
+
+BIGINT_MAX = 2**63 - 1
+ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
+
+HEARTBEATS = Counter("proofpool_heartbeats_total", "Heartbeats answered, by node state.", ["state"])
+INVITES = Counter("proofpool_invites_total", "Invites handed out (new or repeated).")
+
+
+class CompletedBatchIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint_version: int = Field(ge=0, le=BIGINT_MAX)
+    batch: int = Field(ge=0, le=BIGINT_MAX)
+
+
+class HeartbeatIn(BaseModel):
+    """Optional facts a node reports with its heartbeat; `{}` (or no body) is a plain heartbeat."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pool_id: int | None = Field(
+        None, ge=0, le=BIGINT_MAX, description="The pool the node works for; refused if it is not a member there."
+    )
+    completed: CompletedBatchIn | None = Field(
+        None, description="The batch the node just finished; the next heartbeat's assignment moves past it."
+    )
+
+
+class AssignmentOut(BaseModel):
+    """What to do next: the same inputs always give the same assignment (retries are safe)."""
+
+    pool_id: int
+    checkpoint_version: int = Field(description="0 = the pool's initial model.")
+    manifest_sha256: str | None = Field(description="Hex sha256 of the checkpoint manifest (None for version 0).")
+    checkpoint_uri: str | None
+    batch: int = Field(description="Batch counter for this checkpoint version; report it back in `completed`.")
+    task_ids: list[str] = Field(description="Problem ids to solve, e.g. `add-17-58`.")
+    sampling_seed: str = Field(description="uint64 seed of the Gumbel-max sampler, as a decimal string.")
+    group_size: int = Field(description="Samples per problem.")
+    max_tokens: int = Field(description="Completion budget per sample.")
+
+
+class HeartbeatOut(BaseModel):
+    node: str
+    state: NodeState
+    pool_id: int | None
+    assignment: AssignmentOut | None = Field(description="None unless the node is a healthy member of an active pool.")
+    heartbeat_interval: float = Field(description="Seconds until the next heartbeat is expected.")
+    server_time: float
+
+
+class InviteOut(BaseModel):
+    """Arguments of `ComputePool.joinPool`, signed by the pool manager."""
+
+    pool_id: int
+    node: str
+    provider: str
+    manager: str
+    nonce: str = Field(description="uint256 as a decimal string.")
+    expiry: int = Field(description="Unix seconds (chain time) after which the invite is refused.")
+    signature: str = Field(description="0x-hex EIP-712 signature of the manager.")
+    chain_id: int
+    pool_contract: str
+
+
+@router.post("/heartbeat", response_model=HeartbeatOut)
+async def heartbeat(
+    caller: SignedCaller,
+    conn: Conn,
+    redis: RedisDep,
+    settings: SettingsDep,
+    body: Annotated[HeartbeatIn | None, Body()] = None,
+) -> HeartbeatOut:
+    """Record that the signing node is alive and return its state and assignment."""
+    body = body or HeartbeatIn()
+    completed = None
+    if body.completed is not None:
+        completed = beats.CompletedBatch(body.completed.checkpoint_version, body.completed.batch)
+    now = time.time()
+    result = await beats.heartbeat(
+        conn,
+        redis,
+        caller.address,
+        now=now,
+        thresholds=Liveness(settings.unhealthy_after, settings.dead_after),
+        pool_id=body.pool_id,
+        completed=completed,
+    )
+    HEARTBEATS.labels(result.state.value).inc()
+    assignment = None
+    if (a := result.assignment) is not None:
+        assignment = AssignmentOut(
+            pool_id=a.pool_id,
+            checkpoint_version=a.checkpoint.version,
+            manifest_sha256=None if a.checkpoint.manifest_sha256 is None else a.checkpoint.manifest_sha256.hex(),
+            checkpoint_uri=a.checkpoint.uri,
+            batch=a.batch,
+            task_ids=list(a.task_ids),
+            sampling_seed=str(a.sampling_seed),
+            group_size=a.group_size,
+            max_tokens=a.max_tokens,
+        )
+    return HeartbeatOut(
+        node=result.node,
+        state=result.state,
+        pool_id=result.pool_id,
+        assignment=assignment,
+        heartbeat_interval=settings.heartbeat_interval,
+        server_time=now,
+    )
+
+
+@router.get("/invites/{node}", response_model=InviteOut)
+async def get_invite(
+    node: Annotated[str, Path(pattern=ADDRESS_PATTERN, description="The node to invite.")],
+    caller: SignedCaller,
+    conn: Conn,
+    settings: SettingsDep,
+    pool_id: Annotated[
+        int | None, Query(ge=0, le=BIGINT_MAX, description="Default: the lowest-id active pool we manage.")
+    ] = None,
+) -> InviteOut:
+    """An invite for `node` to join a pool, for its provider (the signer) to pass to `joinPool`."""
+    signed = await invites.issue_invite(
+        conn, settings, caller.address, to_checksum_address(node), now=int(time.time()), pool_id=pool_id
+    )
+    INVITES.inc()
+    row = signed.row
+    return InviteOut(
+        pool_id=row.pool_id,
+        node=row.node,
+        provider=row.provider,
+        manager=row.manager,
+        nonce=str(row.nonce),
+        expiry=row.expiry,
+        signature="0x" + row.signature.hex(),
+        chain_id=signed.chain_id,
+        pool_contract=signed.pool_contract,
+    )

@@ -1,0 +1,312 @@
+"""The indexer loop: follow the chain range by range into PostgreSQL, then dispatch the outbox.
+
+Per range `[next_block, min(next_block + batch - 1, head - confirmations)]`, one transaction:
+store the raw events (idempotent on tx hash + log index) and the headers seen, apply the new
+events to the projections, queue one validation task per new `WorkSubmitted`, move the cursor.
+A crash anywhere leaves either all of it or none of it, so a restart resumes at the cursor with
+no gap and no duplicate. Before a range is written it is checked against the stored blocks; a
+mismatch is a reorg, handled by `backend.indexer.reorg` (fork point, rollback, re-index).
+
+Faults: a lost or restarted PostgreSQL (including `pg_terminate_backend`), an unreachable RPC
+node or broker are waited out with capped exponential backoff, logging what is awaited; the
+range in flight is rolled back by PostgreSQL and read again from the cursor, never skipped.
+Only one indexer writes at a time: it holds a session advisory lock while it runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psycopg
+import requests
+
+from backend.db import chain as chain_db
+from backend.db import outbox as outbox_db
+from backend.indexer.decode import FastDecoder
+from backend.indexer.outbox import Dispatcher, DispatchLoop, celery_sender, validation_tasks
+from backend.indexer.projections import apply_events
+from backend.indexer.reorg import conflict_in_range, find_fork, roll_back, tip_conflict
+from backend.indexer.source import ChainMoved, ChainSource, RangeBatch
+from proofpool.chain.deploy import AddressBook
+from proofpool.config import Settings
+from proofpool.db import redact
+from proofpool.errors import ConfigError, ServiceUnavailable
+
+log = logging.getLogger(__name__)
+
+DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
+RPC_ERRORS = (requests.RequestException, ServiceUnavailable, ConnectionError, TimeoutError)
+APPLICATION_NAME = "proofpool-indexer"
+"""How the indexer names its PostgreSQL session (pg_stat_activity), for operators and fault drills."""
+
+
+@dataclass
+class IndexerStats:
+    """Counters of one `Indexer.run`, for logs, the CLI and the benchmark."""
+
+    ranges: int = 0
+    blocks: int = 0
+    events: int = 0
+    new_events: int = 0
+    tasks_queued: int = 0
+    tasks_sent: int = 0
+    reorgs: int = 0
+    retries: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def as_dict(self) -> dict[str, float | int]:
+        return {
+            "ranges": self.ranges,
+            "blocks": self.blocks,
+            "events": self.events,
+            "new_events": self.new_events,
+            "tasks_queued": self.tasks_queued,
+            "tasks_sent": self.tasks_sent,
+            "reorgs": self.reorgs,
+            "retries": self.retries,
+            "seconds": round(time.monotonic() - self.started, 3),
+        }
+
+
+@dataclass(frozen=True)
+class IndexerOptions:
+    """How the loop runs (defaults from `Settings`: confirmations, batch size, poll interval)."""
+
+    batch_blocks: int = 500
+    confirmations: int = 0
+    poll_interval: float = 1.0
+    from_block: int | None = None
+    """Start here instead of the cursor: re-index from an earlier block (idempotent), or set the
+    first block of a fresh database. Never jumps ahead of an existing cursor (that would skip)."""
+    max_backoff: float = 30.0
+
+
+class Indexer:
+    """Follows one deployment (`book`) on `source` into the database at `database_url`."""
+
+    def __init__(
+        self,
+        source: ChainSource,
+        book: AddressBook,
+        database_url: str,
+        options: IndexerOptions | None = None,
+        dispatcher: Dispatcher | None = None,
+    ) -> None:
+        self.source = source
+        self.book = book
+        self.database_url = database_url
+        self.options = options or IndexerOptions()
+        self.dispatcher = dispatcher
+        self.stats = IndexerStats()
+        self._conn: psycopg.Connection | None = None
+        self._from_block_pending = self.options.from_block
+
+    # --- connection ---------------------------------------------------------------------------
+
+    def _connect(self, stop: threading.Event) -> psycopg.Connection:
+        """A connection holding the indexer lock; waits (with backoff) for the database and the lock."""
+        delay = 0.2
+        while not stop.is_set():
+            try:
+                conn = psycopg.connect(
+                    self.database_url, autocommit=True, connect_timeout=5, application_name=APPLICATION_NAME
+                )
+            except DB_ERRORS as exc:
+                self._wait(stop, delay, "PostgreSQL", redact(self.database_url), exc)
+                delay = min(delay * 2, self.options.max_backoff)
+                continue
+            if chain_db.try_lock(conn):
+                return conn
+            holder = chain_db.lock_holder(conn)
+            conn.close()
+            log.warning("waiting for the indexer lock", extra={"held_by_backend_pid": holder, "retry_in": delay})
+            stop.wait(delay)
+            delay = min(delay * 2, self.options.max_backoff)
+        raise InterruptedError("stopped while connecting")
+
+    def _wait(self, stop: threading.Event, delay: float, what: str, where: str, exc: BaseException) -> None:
+        self.stats.retries += 1
+        log.warning(
+            f"waiting for {what}",
+            extra={"at": where, "error": f"{exc.__class__.__name__}: {str(exc).strip()[:200]}", "retry_in": delay},
+        )
+        stop.wait(delay)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    # --- the loop -----------------------------------------------------------------------------
+
+    def run(self, *, once: bool = False, stop: threading.Event | None = None) -> IndexerStats:
+        """Index until stopped (or, with `once`, until caught up with the chain and the outbox sent)."""
+        stop = stop or threading.Event()
+        delay = 0.2
+        dispatch = self._start_dispatch(stop)
+        try:
+            while not stop.is_set():
+                if dispatch is not None and dispatch.error is not None:
+                    raise dispatch.error
+                try:
+                    if self._conn is None or self._conn.closed:
+                        self._conn = self._connect(stop)
+                        self._start(self._conn)
+                    progressed = self.step(self._conn)
+                    if progressed and dispatch is not None:
+                        dispatch.notify()
+                    delay = 0.2
+                except DB_ERRORS as exc:
+                    self.close()
+                    self._wait(stop, delay, "PostgreSQL", redact(self.database_url), exc)
+                    delay = min(delay * 2, self.options.max_backoff)
+                    continue
+                except RPC_ERRORS as exc:
+                    self._wait(stop, delay, "the JSON-RPC node", str(self.source.w3.provider), exc)
+                    delay = min(delay * 2, self.options.max_backoff)
+                    continue
+                except ChainMoved as exc:
+                    log.info("chain moved while reading a range; reading it again", extra={"reason": str(exc)})
+                    continue
+                if not progressed:
+                    if once:
+                        break
+                    stop.wait(self.options.poll_interval)
+            if dispatch is not None and not stop.is_set():
+                dispatch.drain()
+        except InterruptedError:
+            pass
+        finally:
+            self.close()
+            if dispatch is not None:
+                stop.set()
+                dispatch.join()
+                self.stats.tasks_sent, self.stats.retries = dispatch.sent, self.stats.retries + dispatch.retries
+        if dispatch is not None and dispatch.error is not None:
+            raise dispatch.error
+        log.info("indexer stopped", extra=self.stats.as_dict())
+        return self.stats
+
+    def _start_dispatch(self, stop: threading.Event) -> DispatchLoop | None:
+        if self.dispatcher is None:
+            return None
+        loop = DispatchLoop(
+            self.dispatcher, self.database_url, stop, self.options.poll_interval, self.options.max_backoff
+        )
+        loop.start()
+        return loop
+
+    def _start(self, conn: psycopg.Connection) -> None:
+        """Check the cursor belongs to this chain; create it, or move it for `--from-block`."""
+        chain_id = self.source.chain_id()
+        if chain_id != self.book.chain_id:
+            raise ConfigError(f"the RPC node serves chain {chain_id}, the address book is for {self.book.chain_id}")
+        with conn.transaction():
+            first = self._from_block_pending if self._from_block_pending is not None else self.book.deploy_block
+            chain_db.init_state(conn, chain_id=chain_id, next_block=first)
+            state = chain_db.get_state(conn, for_update=True)
+            assert state is not None
+            if state.chain_id != chain_id:
+                raise ConfigError(
+                    f"database {redact(self.database_url)} indexes chain {state.chain_id}, not {chain_id}: "
+                    "use another database"
+                )
+            if self._from_block_pending is not None and self._from_block_pending < state.next_block:
+                chain_db.set_cursor(conn, self._from_block_pending)
+                log.info("re-indexing from an earlier block", extra={"from_block": self._from_block_pending})
+            elif self._from_block_pending is not None and self._from_block_pending > state.next_block:
+                log.warning(
+                    "ignoring --from-block ahead of the cursor (it would skip blocks)",
+                    extra={"from_block": self._from_block_pending, "cursor": state.next_block},
+                )
+        self._from_block_pending = None
+        log.info("indexer started", extra={"chain_id": chain_id, "next_block": self._cursor(conn)})
+
+    def _cursor(self, conn: psycopg.Connection) -> int:
+        state = chain_db.get_state(conn)
+        assert state is not None
+        return state.next_block
+
+    def step(self, conn: psycopg.Connection) -> bool:
+        """Index one range, or handle one reorg; False when there is nothing new to do."""
+        start = self._cursor(conn)
+        safe = self.source.head() - self.options.confirmations
+        if start > safe:
+            conflict = tip_conflict(conn, self.source, start)
+            if conflict is None:
+                return False
+            self._reorg(conn, conflict)
+            return True
+        end = min(start + self.options.batch_blocks - 1, safe)
+        batch = self.source.fetch_range(start, end)
+        conflict = conflict_in_range(conn, batch)
+        if conflict is not None:
+            self._reorg(conn, conflict)
+            return True
+        self._write(conn, batch)
+        return True
+
+    def _reorg(self, conn: psycopg.Connection, conflict: int) -> None:
+        fork = find_fork(conn, self.source, conflict, self.book.deploy_block)
+        log.warning("reorg detected", extra={"conflict_block": conflict, "fork_block": fork})
+        with conn.transaction():
+            roll_back(conn, fork)
+        self.stats.reorgs += 1
+
+    def _write(self, conn: psycopg.Connection, batch: RangeBatch) -> None:
+        """Everything a range changes, in one transaction (the cursor moves with the data)."""
+        started = time.monotonic()
+        with conn.transaction():
+            state = chain_db.get_state(conn, for_update=True)
+            if state is None or state.next_block != batch.start:
+                raise ChainMoved(f"cursor moved to {state and state.next_block} while range {batch.start} was read")
+            new = chain_db.insert_events(conn, batch.events)
+            chain_db.upsert_blocks(conn, list(batch.headers.values()))
+            apply_events(conn, new)
+            tasks = validation_tasks(new)
+            outbox_db.enqueue(conn, tasks)
+            chain_db.set_cursor(conn, batch.end + 1)
+        self.stats.ranges += 1
+        self.stats.blocks += batch.end - batch.start + 1
+        self.stats.events += len(batch.events)
+        self.stats.new_events += len(new)
+        self.stats.tasks_queued += len(tasks)
+        log.info(
+            "range indexed",
+            extra={
+                "from_block": batch.start,
+                "to_block": batch.end,
+                "events": len(batch.events),
+                "new_events": len(new),
+                "tasks": len(tasks),
+                "seconds": round(time.monotonic() - started, 3),
+            },
+        )
+
+
+def setup_indexer(
+    settings: Settings,
+    *,
+    dispatch: bool = True,
+    from_block: int | None = None,
+    batch_blocks: int | None = None,
+    database_url: str | None = None,
+    rpc_url: str | None = None,
+) -> Indexer:
+    """An indexer for the configured chain, address book, database and broker."""
+    from proofpool.broker import make_celery
+    from proofpool.chain.client import ChainClient
+
+    client = ChainClient.from_settings(None, rpc_url=rpc_url or settings.rpc_url)
+    dispatcher = Dispatcher(celery_sender(make_celery(settings, "proofpool-indexer"))) if dispatch else None
+    options = IndexerOptions(
+        batch_blocks=batch_blocks or settings.indexer_batch_blocks,
+        confirmations=settings.confirmations,
+        poll_interval=settings.indexer_poll_interval,
+        from_block=from_block,
+    )
+    source = ChainSource(client.w3, FastDecoder(client.book.addresses))
+    return Indexer(source, client.book, database_url or settings.database_url, options, dispatcher)

@@ -1,0 +1,120 @@
+"""Work assignments: which problems a node solves next, with which sampling seed.
+
+Everything is a pure function of public inputs (pool id, node address, checkpoint version,
+batch counter): no secret, no clock, no randomness of the server. So a heartbeat retried
+returns the same batch, two backend workers agree without talking, and a validator can
+recompute the seed a node was told to use and check its rollouts against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, replace
+from typing import Final
+
+from eth_utils import to_canonical_address
+
+from proofpool.tasks.arithmetic import generate_problems
+
+ASSIGNMENT_DOMAIN: Final = b"proofpool-assignment-v1"
+"""Domain tag of every derived seed; bump it if the derivation ever changes."""
+UINT64_MAX: Final = 2**64 - 1
+
+
+@dataclass(frozen=True)
+class AssignmentConfig:
+    """Per-pool knobs of an assignment; the defaults fit the devnet's arithmetic task.
+
+    A pool may override any field in `pool_assignment_config`; NULL columns keep these defaults.
+    """
+
+    batch_size: int = 8
+    """Problems per batch (prompts the node generates for before it asks for the next batch)."""
+    group_size: int = 8
+    """Samples per problem; GRPO advantages are computed within each group."""
+    max_tokens: int = 8
+    """Completion budget per sample (an answer below 199 plus `<eos>` needs at most 4)."""
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "group_size", "max_tokens"):
+            value = getattr(self, name)
+            if not 1 <= value <= 4096:
+                raise ValueError(f"{name} must be in 1..4096, got {value}")
+
+    def with_overrides(
+        self, batch_size: int | None = None, group_size: int | None = None, max_tokens: int | None = None
+    ) -> AssignmentConfig:
+        """This config with the non-None overrides applied (a pool's row may set only some)."""
+        changes = {
+            k: v
+            for k, v in (("batch_size", batch_size), ("group_size", group_size), ("max_tokens", max_tokens))
+            if v is not None
+        }
+        return replace(self, **changes) if changes else self
+
+
+DEFAULT_ASSIGNMENT: Final = AssignmentConfig()
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """The model a node must run: latest published version of its pool (0 = the initial model)."""
+
+    version: int = 0
+    manifest_sha256: bytes | None = None
+    uri: str | None = None
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """What a node is told to do by one heartbeat."""
+
+    pool_id: int
+    checkpoint: Checkpoint
+    batch: int
+    task_ids: tuple[str, ...]
+    sampling_seed: int
+    group_size: int
+    max_tokens: int
+
+
+def derive_seed(purpose: bytes, pool_id: int, node: str, version: int, batch: int) -> int:
+    """A uint64 from sha256 over the domain, `purpose` and the assignment's public inputs."""
+    if pool_id < 0 or version < 0 or batch < 0:
+        raise ValueError("pool id, version and batch must be non-negative")
+    digest = hashlib.sha256(
+        ASSIGNMENT_DOMAIN
+        + b"/"
+        + purpose
+        + pool_id.to_bytes(32, "big")
+        + to_canonical_address(node)
+        + version.to_bytes(8, "big")
+        + batch.to_bytes(8, "big")
+    ).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def sampling_seed(pool_id: int, node: str, version: int, batch: int) -> int:
+    """The seed of the node's Gumbel-max sampler for this batch."""
+    return derive_seed(b"sampling", pool_id, node, version, batch)
+
+
+def task_ids(pool_id: int, node: str, version: int, batch: int, count: int) -> tuple[str, ...]:
+    """The problem ids of this batch (`add-a-b`; the id encodes the problem, see `proofpool.tasks`)."""
+    seed = derive_seed(b"problems", pool_id, node, version, batch)
+    return tuple(problem.problem_id for problem in generate_problems(seed, count))
+
+
+def assign(
+    pool_id: int, node: str, checkpoint: Checkpoint, batch: int, config: AssignmentConfig = DEFAULT_ASSIGNMENT
+) -> Assignment:
+    """The assignment of `node` in `pool_id` for batch number `batch` of `checkpoint`."""
+    return Assignment(
+        pool_id=pool_id,
+        checkpoint=checkpoint,
+        batch=batch,
+        task_ids=task_ids(pool_id, node, checkpoint.version, batch, config.batch_size),
+        sampling_seed=sampling_seed(pool_id, node, checkpoint.version, batch),
+        group_size=config.group_size,
+        max_tokens=config.max_tokens,
+    )

@@ -1,0 +1,93 @@
+"""One heartbeat: record liveness, derive the node's state, and hand out its assignment.
+
+The cost is one Redis write and one SQL round trip (plus one small UPDATE when the node
+reports a finished batch), so the backend keeps up with thousands of nodes per second.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from psycopg import AsyncConnection
+from redis.asyncio import Redis
+
+from backend.api.errors import ApiError
+from backend.db import nodes as db
+from backend.orchestrator import liveness
+from backend.orchestrator.assignment import DEFAULT_ASSIGNMENT, Assignment, Checkpoint, assign
+from backend.orchestrator.states import Liveness, NodeState, node_state
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CompletedBatch:
+    """A node's report that it finished batch `batch` of checkpoint `version`."""
+
+    version: int
+    batch: int
+
+
+@dataclass(frozen=True)
+class HeartbeatResult:
+    node: str
+    state: NodeState
+    pool_id: int | None
+    assignment: Assignment | None
+
+
+def not_registered(node: str) -> ApiError:
+    """The refusal for a node the registry projection does not know (or knows as removed)."""
+    return ApiError(
+        403,
+        "node_not_registered",
+        f"node {node} is not registered and active on-chain; if it was added moments ago the indexer "
+        "may not have indexed it yet: retry in a few seconds",
+    )
+
+
+async def heartbeat(
+    conn: AsyncConnection,
+    redis: Redis,
+    node: str,
+    *,
+    now: float,
+    thresholds: Liveness,
+    pool_id: int | None = None,
+    completed: CompletedBatch | None = None,
+) -> HeartbeatResult:
+    """Answer the heartbeat of `node` (already authenticated as the signer)."""
+    ctx = await db.heartbeat_context(conn, node, pool_id)
+    if ctx is None or not ctx.registry_active:
+        raise not_registered(node)
+    if not ctx.announced:
+        raise ApiError(403, "node_not_announced", f"node {node} must announce itself with PUT /v1/nodes first")
+    if pool_id is not None and ctx.membership is None and not ctx.blacklisted:
+        raise ApiError(403, "not_pool_member", f"node {node} is not a member of pool {pool_id}")
+
+    await liveness.record_heartbeat(redis, node, now)
+    state = node_state(
+        membership=ctx.membership,  # type: ignore[arg-type]  # CHECK constraint limits the values
+        blacklisted=ctx.blacklisted,
+        last_seen=now,
+        now=now,
+        liveness=thresholds,
+    )
+    member_pool = ctx.pool_id if ctx.membership is not None or ctx.blacklisted else None
+    if state is not NodeState.HEALTHY or ctx.pool_status != "active" or ctx.pool_id is None:
+        return HeartbeatResult(node, state, member_pool, None)
+
+    version = ctx.checkpoint_version or 0
+    batch = ctx.batch if ctx.batch is not None and ctx.batch_version == version else 0
+    if completed is not None and completed.version == version and completed.batch == batch:
+        await db.advance_batch(conn, ctx.pool_id, node, version, batch)
+        batch += 1  # advanced by us or by a racing retry of the same report: either way it moved on
+        log.info("node finished a batch", extra={"pool": ctx.pool_id, "node": node, "version": version, "batch": batch})
+    checkpoint = Checkpoint(
+        version=version,
+        manifest_sha256=None if ctx.manifest_sha256 is None else bytes(ctx.manifest_sha256),
+        uri=ctx.checkpoint_uri,
+    )
+    config = DEFAULT_ASSIGNMENT.with_overrides(ctx.batch_size, ctx.group_size, ctx.max_tokens)
+    return HeartbeatResult(node, state, ctx.pool_id, assign(ctx.pool_id, node, checkpoint, batch, config))

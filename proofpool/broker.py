@@ -1,0 +1,51 @@
+"""The Celery app factory and task names shared by the dispatcher (indexer) and the validators.
+
+Both sides build their Celery app here so they agree on the broker, the serializer and the
+delivery guarantees. The indexer only ever *sends* by name (`send_task`), so it never imports
+validator code; the validator registers its task under the same name.
+
+Delivery is at-least-once: `task_acks_late` + `task_reject_on_worker_lost` redeliver the task of a
+worker that died mid-task (after `celery_visibility_timeout` on Redis), and the indexer's outbox
+may send a task twice with the same deterministic id if it died between sending and marking the
+row. Tasks therefore dedupe on their natural key (the work key): see docs/indexer.md.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from celery import Celery
+
+from proofpool.config import Settings
+
+VALIDATE_SUBMISSION = "validator.validate_submission"
+"""Task that validates one submission. Args: `pool_id` (int), `work_key` (0x-hex str)."""
+
+TASK_ID_NAMESPACE = uuid.UUID("5d0b4a7e-3f3c-4a55-9a55-70726f6f6670")
+"""Namespace of the deterministic task ids derived from outbox dedupe keys."""
+
+
+def make_celery(settings: Settings, name: str) -> Celery:
+    """A Celery app on `settings.celery_broker_url`: JSON only, late acks, one task per worker slot.
+
+    `task_ignore_result`: verdicts live in Postgres and on-chain, nobody reads Celery results.
+    """
+    app = Celery(name, broker=settings.celery_broker_url, set_as_current=False)
+    app.conf.update(
+        task_serializer="json",
+        accept_content=["json"],
+        result_serializer="json",
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        worker_prefetch_multiplier=1,
+        task_ignore_result=True,
+        broker_transport_options={"visibility_timeout": settings.celery_visibility_timeout},
+        broker_connection_retry_on_startup=True,
+        enable_utc=True,
+    )
+    return app
+
+
+def task_id_for(dedupe_key: str) -> str:
+    """The Celery task id of an outbox row: a UUID5 of its dedupe key, the same on every re-send."""
+    return str(uuid.uuid5(TASK_ID_NAMESPACE, dedupe_key))

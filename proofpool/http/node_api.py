@@ -1,0 +1,139 @@
+"""What a worker node (and its provider) says to the backend's discovery and orchestrator:
+announce, heartbeat, and fetch an invite. Thin typed wrappers over `SignedClient`.
+
+```python
+with NodeApi(settings.backend_url, node_account) as api:
+    api.announce(provider=provider_address, specs={"cores": 2})
+    beat = api.heartbeat()                      # beat.assignment is None until it joined a pool
+    ...                                         # generate rollouts for beat.assignment.task_ids
+    beat = api.heartbeat(completed=beat.assignment)
+with NodeApi(settings.backend_url, provider_account) as api:
+    client.pool.join_pool(api.get_invite(node_address))   # the provider signs this one
+```
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from eth_account.signers.local import LocalAccount
+from eth_utils import to_checksum_address
+
+from proofpool.chain.signing import Invite
+from proofpool.http.signed_client import SignedClient
+
+
+@dataclass(frozen=True)
+class Assignment:
+    """The work a heartbeat hands out (see docs/api-nodes.md)."""
+
+    pool_id: int
+    checkpoint_version: int
+    manifest_sha256: bytes | None
+    checkpoint_uri: str | None
+    batch: int
+    task_ids: tuple[str, ...]
+    sampling_seed: int
+    group_size: int
+    max_tokens: int
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Assignment:
+        manifest = data.get("manifest_sha256")
+        return cls(
+            pool_id=int(data["pool_id"]),
+            checkpoint_version=int(data["checkpoint_version"]),
+            manifest_sha256=None if manifest is None else bytes.fromhex(manifest),
+            checkpoint_uri=data.get("checkpoint_uri"),
+            batch=int(data["batch"]),
+            task_ids=tuple(data["task_ids"]),
+            sampling_seed=int(data["sampling_seed"]),
+            group_size=int(data["group_size"]),
+            max_tokens=int(data["max_tokens"]),
+        )
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """The backend's answer to a heartbeat."""
+
+    node: str
+    state: str
+    """discovered, healthy, unhealthy, dead, ejected or banned."""
+    pool_id: int | None
+    assignment: Assignment | None
+    heartbeat_interval: float
+    server_time: float
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Heartbeat:
+        assignment = data.get("assignment")
+        return cls(
+            node=data["node"],
+            state=data["state"],
+            pool_id=data.get("pool_id"),
+            assignment=None if assignment is None else Assignment.from_json(assignment),
+            heartbeat_interval=float(data["heartbeat_interval"]),
+            server_time=float(data["server_time"]),
+        )
+
+
+@dataclass(frozen=True)
+class SignedInvite:
+    """An invite and the EIP-712 domain it was signed for."""
+
+    invite: Invite
+    provider: str
+    manager: str
+    chain_id: int
+    pool_contract: str
+
+
+class NodeApi:
+    """Discovery and orchestrator calls, signed by `account` (the node, or its provider for invites)."""
+
+    def __init__(self, base_url: str, account: LocalAccount, timeout: float = 10.0) -> None:
+        self._client = SignedClient(base_url, account, timeout=timeout)
+
+    def announce(self, provider: str, specs: dict[str, Any] | None = None, endpoint: str | None = None) -> dict:
+        """Tell the backend this node exists; refused (ApiRefused 403) until the chain registers it."""
+        body: dict[str, Any] = {"provider": to_checksum_address(provider), "specs": specs or {}}
+        if endpoint is not None:
+            body["endpoint"] = endpoint
+        return self._client.request("PUT", "/v1/nodes", json_body=body)
+
+    def heartbeat(self, pool_id: int | None = None, completed: Assignment | None = None) -> Heartbeat:
+        """Report liveness; pass the assignment just finished as `completed` to get the next batch."""
+        body: dict[str, Any] = {}
+        if pool_id is not None:
+            body["pool_id"] = pool_id
+        if completed is not None:
+            body["completed"] = {"checkpoint_version": completed.checkpoint_version, "batch": completed.batch}
+        return Heartbeat.from_json(self._client.request("POST", "/v1/heartbeat", json_body=body))
+
+    def get_invite(self, node: str, pool_id: int | None = None) -> SignedInvite:
+        """An invite for `node` (this client must be signed by its provider), ready for `join_pool`."""
+        params = None if pool_id is None else {"pool_id": pool_id}
+        data = self._client.request("GET", f"/v1/invites/{to_checksum_address(node)}", params=params)
+        invite = Invite(
+            pool_id=int(data["pool_id"]),
+            node=to_checksum_address(data["node"]),
+            nonce=int(data["nonce"]),
+            expiry=int(data["expiry"]),
+            signature=bytes.fromhex(data["signature"].removeprefix("0x")),
+        )
+        return SignedInvite(invite, data["provider"], data["manager"], int(data["chain_id"]), data["pool_contract"])
+
+    def node_status(self, node: str) -> dict:
+        """The public status of any node (signed anyway; the route ignores it)."""
+        return self._client.request("GET", f"/v1/nodes/{to_checksum_address(node)}")
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> NodeApi:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,245 @@
+"""The public ledger API on a real PostgreSQL: filters, keyset pagination, CSV, refusals.
+
+The data set (tests/fixtures/ledger.py) is kept in Python in the API's JSON shape, so every
+expected answer is a plain filter over a list."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+import pytest
+
+from backend.api.ledger import csv_cell
+from backend.db.ledger import SUBMISSIONS, encode_cursor
+
+LISTINGS = ("providers", "nodes", "pools", "submissions", "verdicts", "slashes", "rewards", "validators", "checkpoints")
+
+
+def walk(api, name: str, params: dict[str, Any], limit: int) -> list[dict[str, Any]]:
+    """Every row of a list, following cursors page by page."""
+    rows, cursor, pages = [], None, 0
+    while True:
+        reply = api.get(
+            f"/v1/ledger/{name}", params={**params, "limit": limit, **({"cursor": cursor} if cursor else {})}
+        )
+        assert reply.status_code == 200, reply.text
+        body = reply.json()
+        assert len(body["items"]) <= limit
+        rows += body["items"]
+        pages += 1
+        cursor = body["next_cursor"]
+        if cursor is None:
+            return rows
+        assert pages < 10_000
+
+
+def test_every_row_of_every_list_is_served_once_in_order(ledger_api, ledger_db):
+    _, data = ledger_db
+    for name in LISTINGS:
+        expected = data.listing(name)
+        assert expected, name
+        for limit in (1, 7, 1000):
+            assert walk(ledger_api, name, {}, limit=limit) == expected, (name, limit)
+
+
+def test_a_full_last_page_ends_the_walk_without_an_empty_page(ledger_api, ledger_db):
+    _, data = ledger_db
+    body = ledger_api.get("/v1/ledger/pools", params={"limit": len(data.pools)}).json()
+    assert body == {"items": data.pools, "next_cursor": None}
+
+
+def _matches(row: dict[str, Any], filters: dict[str, Any]) -> bool:
+    for key, value in filters.items():
+        if key == "since":
+            if row["submitted_at"] < value:
+                return False
+        elif key == "until":
+            if row["submitted_at"] >= value:
+                return False
+        elif row[key] != value:
+            return False
+    return True
+
+
+def _submission_filters(data) -> list[dict[str, Any]]:
+    first = data.submissions[0]
+    times = sorted(r["submitted_at"] for r in data.submissions)
+    since, until = times[len(times) // 4], times[3 * len(times) // 4]
+    return [
+        {"pool_id": 2},
+        {"provider": first["provider"]},
+        {"node": first["node"]},
+        {"status": "invalid"},
+        {"pool_id": 1, "status": "pending"},
+        {"provider": first["provider"], "status": "finalized"},
+        {"since": since},
+        {"until": until},
+        {"since": since, "until": until, "pool_id": 3},
+        {"node": first["node"], "pool_id": first["pool_id"], "status": first["status"]},
+    ]
+
+
+def test_submission_filters_return_exactly_the_matching_rows(ledger_api, ledger_db):
+    _, data = ledger_db
+    for filters in _submission_filters(data):
+        expected = [r for r in data.submissions if _matches(r, filters)]
+        assert expected, filters
+        assert walk(ledger_api, "submissions", filters, limit=5) == expected, filters
+
+
+def test_address_filters_accept_lowercase_and_time_filters_accept_unix_seconds(ledger_api, ledger_db):
+    _, data = ledger_db
+    provider = data.submissions[0]["provider"]
+    expected = [r for r in data.submissions if r["provider"] == provider]
+    assert walk(ledger_api, "submissions", {"provider": provider.lower()}, limit=1000) == expected
+    since = data.submissions[len(data.submissions) // 2]["submitted_at"]
+    unix = int(__import__("datetime").datetime.fromisoformat(since).timestamp())
+    expected = [r for r in data.submissions if r["submitted_at"] >= since]
+    assert walk(ledger_api, "submissions", {"since": unix}, limit=1000) == expected
+
+
+@pytest.mark.parametrize(
+    "name, filters",
+    [
+        ("nodes", {"active": "true"}),
+        ("pools", {"status": "closed"}),
+        ("verdicts", {"verdict": "invalid"}),
+        ("verdicts", {"pool_id": 1}),
+        ("slashes", {"pool_id": 2}),
+        ("rewards", {"kind": "provider_reward"}),
+        ("rewards", {"pool_id": 3, "kind": "slash_share"}),
+        ("validators", {"active": "false"}),
+        ("checkpoints", {"pool_id": 3}),
+    ],
+)
+def test_other_lists_filter(ledger_api, ledger_db, name, filters):
+    _, data = ledger_db
+    typed = {k: {"true": True, "false": False}.get(v, v) if isinstance(v, str) else v for k, v in filters.items()}
+    expected = [r for r in data.listing(name) if _matches(r, typed)]
+    assert expected
+    assert walk(ledger_api, name, filters, limit=3) == expected
+
+
+def test_filters_by_account_pick_the_right_rows(ledger_api, ledger_db):
+    _, data = ledger_db
+    for name, key, value in [
+        ("nodes", "provider", data.nodes[0]["provider"]),
+        ("pools", "manager", data.pools[-1]["manager"]),
+        ("verdicts", "validator", data.verdicts[0]["validator"]),
+        ("slashes", "provider", data.slashes[0]["provider"]),
+        ("slashes", "validator", data.slashes[0]["validator"]),
+        ("rewards", "account", data.rewards[0]["account"]),
+    ]:
+        expected = [r for r in data.listing(name) if r[key] == value]
+        assert walk(ledger_api, name, {key: value}, limit=4) == expected, (name, key)
+
+
+@pytest.mark.parametrize("name", LISTINGS)
+def test_csv_holds_the_same_rows_and_cursor_as_json(ledger_api, name):
+    params = {"limit": 5}
+    json_page = ledger_api.get(f"/v1/ledger/{name}", params=params).json()
+    reply = ledger_api.get(f"/v1/ledger/{name}", params={**params, "format": "csv"})
+    assert reply.status_code == 200
+    assert reply.headers["content-type"].startswith("text/csv")
+    lines = list(csv.reader(io.StringIO(reply.text)))
+    header, body = lines[0], lines[1:]
+    assert header == list(json_page["items"][0].keys())
+    assert body == [[csv_cell(item[column]) for column in header] for item in json_page["items"]]
+    assert reply.headers.get("x-next-cursor") == json_page["next_cursor"]
+
+
+def test_csv_pages_continue_from_the_header_cursor(ledger_api, ledger_db):
+    _, data = ledger_db
+    rows, cursor = [], None
+    while True:
+        params = {"format": "csv", "limit": 50, **({"cursor": cursor} if cursor else {})}
+        reply = ledger_api.get("/v1/ledger/submissions", params=params)
+        rows += list(csv.DictReader(io.StringIO(reply.text)))
+        cursor = reply.headers.get("x-next-cursor")
+        if cursor is None:
+            break
+    assert [r["work_key"] for r in rows] == [r["work_key"] for r in data.submissions]
+
+
+BAD_QUERIES = [
+    ("submissions", {"provider": "0x1234"}),
+    ("submissions", {"provider": "0x" + "Ab" * 20}),  # mixed case with a wrong checksum
+    ("submissions", {"node": "not-an-address"}),
+    ("submissions", {"status": "approved"}),
+    ("submissions", {"pool_id": "-1"}),
+    ("submissions", {"pool_id": str(2**64)}),
+    ("submissions", {"pool_id": "one"}),
+    ("submissions", {"since": "yesterday"}),
+    ("submissions", {"since": "2025-01-02T00:00:00Z", "until": "2025-01-01T00:00:00Z"}),
+    ("submissions", {"limit": "0"}),
+    ("submissions", {"limit": "1001"}),
+    ("submissions", {"format": "xml"}),
+    ("submissions", {"pool": "1"}),  # unknown parameter: a typo must not widen the result
+    ("submissions", {"cursor": "garbage!"}),
+    ("submissions", {"cursor": "eyJ4IjoxfQ"}),  # base64 JSON of the wrong shape
+    ("submissions", {"cursor": encode_cursor(SUBMISSIONS, (2**64, 0))}),
+    ("submissions", {"cursor": "A" * 600}),
+    ("nodes", {"cursor": encode_cursor(SUBMISSIONS, (1, 0))}),  # another list's cursor
+    ("nodes", {"active": "maybe"}),
+    ("pools", {"status": "open"}),
+    ("verdicts", {"verdict": "rejected"}),
+    ("rewards", {"kind": "bonus"}),
+    ("rewards", {"account": "0x"}),
+    ("checkpoints", {"pool_id": "1.5"}),
+]
+
+
+@pytest.mark.parametrize("name, params", BAD_QUERIES)
+def test_bad_filters_are_422_with_a_json_reason(ledger_api, name, params):
+    reply = ledger_api.get(f"/v1/ledger/{name}", params=params)
+    assert reply.status_code == 422, reply.text
+    assert reply.json()["error"] in {"invalid_request", "invalid_cursor"}
+
+
+def test_a_cursor_with_a_nul_byte_is_refused_not_a_database_error(ledger_api):
+    from backend.db.ledger import NODES
+
+    reply = ledger_api.get("/v1/ledger/nodes", params={"cursor": encode_cursor(NODES, ("0x\x00",))})
+    assert reply.status_code == 422
+    assert reply.json()["error"] == "invalid_cursor"
+
+
+def test_submission_lookup_returns_its_verdicts_slash_and_credits(ledger_api, ledger_db):
+    _, data = ledger_db
+    invalid = next(r for r in data.submissions if r["status"] == "invalid")
+    reply = ledger_api.get(f"/v1/ledger/submissions/{invalid['pool_id']}/{invalid['work_key']}")
+    assert reply.status_code == 200
+    body = reply.json()
+    assert body["submission"] == invalid
+    assert [v["reason"] for v in body["verdicts"]] == ["proof_mismatch"]
+    assert [s["work_key"] for s in body["slashes"]] == [invalid["work_key"]]
+    assert [r["kind"] for r in body["rewards"]] == ["slash_share"]
+
+    finalized = next(r for r in data.submissions if r["status"] == "finalized")
+    body = ledger_api.get(f"/v1/ledger/submissions/{finalized['pool_id']}/{finalized['work_key'].upper()[2:]}")
+    assert body.status_code == 422  # 0x prefix required
+    body = ledger_api.get(f"/v1/ledger/submissions/{finalized['pool_id']}/{finalized['work_key']}").json()
+    assert sorted(r["kind"] for r in body["rewards"]) == ["provider_reward", "validator_fee"]
+    assert body["slashes"] == []
+
+
+def test_unknown_submission_is_404_and_a_malformed_key_422(ledger_api, ledger_db):
+    _, data = ledger_db
+    known = data.submissions[0]
+    other_pool = 3 if known["pool_id"] != 3 else 1
+    for path in (f"1/0x{'00' * 32}", f"{other_pool}/{known['work_key']}"):
+        reply = ledger_api.get(f"/v1/ledger/submissions/{path}")
+        assert reply.status_code == 404
+        assert reply.json()["error"] == "submission_not_found"
+    for path in ("1/0x1234", "x/0x" + "00" * 32, f"-1/0x{'00' * 32}", f"1/0x{'zz' * 32}"):
+        assert ledger_api.get(f"/v1/ledger/submissions/{path}").status_code == 422, path
+
+
+def test_ledger_is_public_and_documented(ledger_api):
+    schema = ledger_api.get("/openapi.json").json()
+    paths = {p for p in schema["paths"] if p.startswith("/v1/ledger/")}
+    assert paths == {f"/v1/ledger/{name}" for name in LISTINGS} | {"/v1/ledger/submissions/{pool_id}/{work_key}"}
+    params = {p["name"] for p in schema["paths"]["/v1/ledger/submissions"]["get"]["parameters"]}
+    assert params == {"limit", "cursor", "format", "pool_id", "provider", "node", "status", "since", "until"}

@@ -1,0 +1,434 @@
+"""Discovery and orchestrator API on real PostgreSQL and Redis: announce, status, heartbeat
+assignments and batch counters, node states, invites, and the sweeper. Projection rows are
+written with SQL the way the indexer writes them; one test runs invite and eject on anvil."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+
+import pytest
+from eth_account import Account
+from eth_account.messages import encode_typed_data
+from eth_utils import to_checksum_address
+from psycopg import AsyncConnection
+from redis.asyncio import Redis as AsyncRedis
+
+from backend.orchestrator import liveness
+from backend.orchestrator.assignment import Checkpoint, assign
+from backend.orchestrator.discovery import specs_digest
+from backend.orchestrator.states import Liveness
+from backend.orchestrator.sweeper import Ejection, chain_ejector, sweep_once
+from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
+from proofpool.chain.bindings import MemberState, PoolParams
+from proofpool.chain.client import ChainClient
+from proofpool.chain.deploy import deploy_contracts
+from proofpool.chain.rpc import connect
+from proofpool.chain.signing import Invite, sign_node_ownership
+from proofpool.chain.tx import TxSender
+from proofpool.chain.units import TOKEN
+from tests.fixtures.backend import MANAGER_KEY, ApiHarness, api_redis_url, write_address_book
+
+MANAGER = Account.from_key(MANAGER_KEY)
+POOL_CONTRACT = to_checksum_address("0x" + "ab" * 20)
+
+
+def actors() -> tuple:
+    return Account.create(), Account.create()
+
+
+def member(api: ApiHarness, pool_id: int = 1, *, state: str = "active", status: str = "active", **kw):
+    """A registered, announced node that is a member of `pool_id`; returns (node, provider)."""
+    node, provider = actors()
+    api.add_node(node.address, provider.address)
+    if api.conn.execute("SELECT 1 FROM pools WHERE pool_id = %s", (pool_id,)).fetchone() is None:
+        api.add_pool(pool_id, MANAGER.address, status)
+    api.add_member(pool_id, node.address, provider.address, state, **kw)
+    assert api.announce(node, provider.address).status_code == 200
+    return node, provider
+
+
+# --------------------------------------------------------------------------- announce and status
+
+
+def test_unknown_node_is_refused_with_a_hint_about_indexing(api: ApiHarness) -> None:
+    node, provider = actors()
+    reply = api.announce(node, provider.address)
+    assert reply.status_code == 403
+    assert reply.json()["error"] == "node_not_registered"
+    assert "indexed" in reply.json()["detail"]
+
+
+def test_node_removed_from_registry_is_refused(api: ApiHarness) -> None:
+    node, provider = actors()
+    api.add_node(node.address, provider.address, active=False)
+    assert api.announce(node, provider.address).json()["error"] == "node_not_registered"
+
+
+def test_node_claiming_another_provider_is_refused(api: ApiHarness) -> None:
+    node, provider = actors()
+    api.add_node(node.address, provider.address)
+    reply = api.announce(node, Account.create().address)
+    assert (reply.status_code, reply.json()["error"]) == (403, "provider_mismatch")
+
+
+def test_announce_then_status(api: ApiHarness) -> None:
+    node, provider = actors()
+    specs = {"cores": 2, "gpu": "none", "ram_gb": 24.0, "vllm": True}
+    api.add_node(node.address, provider.address, specs_hash=specs_digest(specs))
+    first = api.signed(
+        node, "PUT", "/v1/nodes", {"provider": provider.address.lower(), "specs": specs, "endpoint": "http://n:1"}
+    )
+    assert first.status_code == 200, first.text
+    assert first.json()["provider"] == provider.address
+    again = api.announce(node, provider.address, {"cores": 4})
+    assert again.json()["announced_at"] == first.json()["announced_at"]
+    assert again.json()["specs"] == {"cores": 4}
+
+    status = api.client.get(f"/v1/nodes/{node.address.lower()}").json()
+    assert status["address"] == node.address
+    assert status["state"] == "discovered"
+    assert status["registered"] and status["announced"]
+    assert status["specs_match"] is False  # specs changed since registration
+    assert status["last_heartbeat"] is None and status["pool_id"] is None
+
+
+def test_status_of_unknown_node_is_404(api: ApiHarness) -> None:
+    reply = api.client.get(f"/v1/nodes/{Account.create().address}")
+    assert (reply.status_code, reply.json()["error"]) == (404, "unknown_node")
+
+
+@pytest.mark.parametrize(
+    "specs",
+    [{f"k{i}": i for i in range(33)}, {"nested": {"a": 1}}, {"list": [1, 2]}, {"k" * 65: 1}, {"s": "x" * 257}],
+    ids=["too-many-keys", "nested", "list", "long-key", "long-value"],
+)
+def test_specs_are_bounded(api: ApiHarness, specs: dict) -> None:
+    node, provider = actors()
+    api.add_node(node.address, provider.address)
+    reply = api.signed(node, "PUT", "/v1/nodes", {"provider": provider.address, "specs": specs})
+    assert (reply.status_code, reply.json()["error"]) == (422, "invalid_request")
+
+
+# --------------------------------------------------------------------------- heartbeat
+
+
+def test_heartbeat_requires_an_announcement(api: ApiHarness) -> None:
+    node, provider = actors()
+    api.add_node(node.address, provider.address)
+    reply = api.signed(node, "POST", "/v1/heartbeat", {})
+    assert (reply.status_code, reply.json()["error"]) == (403, "node_not_announced")
+
+
+def test_discovered_node_gets_no_assignment(api: ApiHarness) -> None:
+    node, provider = actors()
+    api.add_node(node.address, provider.address)
+    api.announce(node, provider.address)
+    beat = api.signed(node, "POST", "/v1/heartbeat").json()  # no body at all is a plain heartbeat
+    assert (beat["state"], beat["assignment"], beat["pool_id"]) == ("discovered", None, None)
+    assert beat["heartbeat_interval"] == api.settings.heartbeat_interval
+
+
+def test_member_gets_deterministic_assignment_and_batches_advance(api: ApiHarness) -> None:
+    node, _ = member(api, pool_id=3)
+    manifest = hashlib.sha256(b"manifest v2").digest()
+    api.add_checkpoint(3, 1, hashlib.sha256(b"manifest v1").digest())
+    api.add_checkpoint(3, 2, manifest, "s3://bucket/ckpt/2")
+
+    first = api.signed(node, "POST", "/v1/heartbeat", {"pool_id": 3}).json()
+    assert first["state"] == "healthy"
+    work = first["assignment"]
+    expected = assign(3, node.address, Checkpoint(2, manifest, "s3://bucket/ckpt/2"), 0)
+    assert work == {
+        "pool_id": 3,
+        "checkpoint_version": 2,
+        "manifest_sha256": manifest.hex(),
+        "checkpoint_uri": "s3://bucket/ckpt/2",
+        "batch": 0,
+        "task_ids": list(expected.task_ids),
+        "sampling_seed": str(expected.sampling_seed),
+        "group_size": 8,
+        "max_tokens": 8,
+    }
+    assert api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"] == work  # retries are stable
+
+    def report(version: int, batch: int) -> int:
+        body = {"completed": {"checkpoint_version": version, "batch": batch}}
+        return api.signed(node, "POST", "/v1/heartbeat", body).json()["assignment"]["batch"]
+
+    assert report(2, 0) == 1
+    assert report(2, 0) == 1  # the same report twice moves once
+    assert report(1, 1) == 1  # a report about an older version changes nothing
+    assert report(2, 5) == 1  # nor one about a batch it was never given
+    assert report(2, 1) == 2
+    api.add_checkpoint(3, 3, hashlib.sha256(b"manifest v3").digest())
+    assert report(2, 2) == 0  # a new checkpoint starts at batch 0
+    assert report(3, 0) == 1
+
+
+def test_pool_settings_override_defaults(api: ApiHarness) -> None:
+    node, _ = member(api)
+    api.conn.execute("INSERT INTO pool_assignment_config (pool_id, batch_size, max_tokens) VALUES (1, 3, 12)")
+    work = api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"]
+    assert (len(work["task_ids"]), work["group_size"], work["max_tokens"]) == (3, 8, 12)
+    assert (work["checkpoint_version"], work["manifest_sha256"]) == (0, None)
+
+
+@pytest.mark.parametrize(
+    "state, blacklisted, pool_status, expected",
+    [
+        ("ejected", False, "active", "ejected"),
+        ("slashed", False, "active", "ejected"),
+        ("active", True, "active", "banned"),
+        ("active", False, "created", "healthy"),
+        ("active", False, "closed", "healthy"),
+    ],
+)
+def test_no_work_outside_an_active_membership(api: ApiHarness, state, blacklisted, pool_status, expected) -> None:
+    node, _ = member(api, state=state, status=pool_status, blacklisted=blacklisted)
+    beat = api.signed(node, "POST", "/v1/heartbeat", {}).json()
+    assert (beat["state"], beat["pool_id"], beat["assignment"]) == (expected, 1, None)
+
+
+def test_active_membership_wins_over_old_ones(api: ApiHarness) -> None:
+    node, provider = member(api, pool_id=1, state="ejected")
+    api.add_pool(2, MANAGER.address)
+    api.add_member(2, node.address, provider.address)
+    beat = api.signed(node, "POST", "/v1/heartbeat", {}).json()
+    assert (beat["state"], beat["assignment"]["pool_id"]) == ("healthy", 2)
+
+
+def test_status_follows_heartbeats(api: ApiHarness) -> None:
+    node, _ = member(api)
+    now = time.time()
+    api.redis.set(liveness.EPOCH_KEY, repr(now - 10_000))  # tracking started long ago
+
+    def state_after_silence(seconds: float) -> str:
+        api.redis.zadd(liveness.HEARTBEATS_KEY, {node.address: now - seconds})
+        return api.client.get(f"/v1/nodes/{node.address}").json()["state"]
+
+    assert state_after_silence(1) == "healthy"
+    assert state_after_silence(api.settings.unhealthy_after + 5) == "unhealthy"
+    assert state_after_silence(api.settings.dead_after + 5) == "dead"
+    api.signed(node, "POST", "/v1/heartbeat", {})
+    status = api.client.get(f"/v1/nodes/{node.address}").json()
+    assert status["state"] == "healthy" and status["last_heartbeat"] >= now
+
+
+def test_fresh_member_without_heartbeat_counts_from_its_join(api: ApiHarness) -> None:
+    node, provider = actors()
+    api.add_node(node.address, provider.address)
+    api.add_pool(1, MANAGER.address)
+    api.add_block(7, time.time() - 5)
+    api.add_member(1, node.address, provider.address, block=7)
+    api.redis.set(liveness.EPOCH_KEY, repr(time.time() - 10_000))
+    assert api.client.get(f"/v1/nodes/{node.address}").json()["state"] == "healthy"
+
+
+# --------------------------------------------------------------------------- invites
+
+
+def invite_ready(api: ApiHarness, pool_id: int = 1):
+    """A registered, announced node outside any pool, a pool we manage, and a known chain."""
+    node, provider = actors()
+    api.add_node(node.address, provider.address)
+    api.announce(node, provider.address)
+    api.add_pool(pool_id, MANAGER.address)
+    api.set_chain()
+    write_address_book(api.settings.deployments_dir, POOL_CONTRACT)
+    return node, provider
+
+
+def recover_invite_signer(reply: dict) -> str:
+    message = encode_typed_data(
+        domain_data={
+            "name": "ProofpoolComputePool",
+            "version": "1",
+            "chainId": reply["chain_id"],
+            "verifyingContract": reply["pool_contract"],
+        },
+        message_types={
+            "Invite": [
+                {"name": "poolId", "type": "uint256"},
+                {"name": "node", "type": "address"},
+                {"name": "nonce", "type": "uint256"},
+                {"name": "expiry", "type": "uint256"},
+            ]
+        },
+        message_data={
+            "poolId": reply["pool_id"],
+            "node": reply["node"],
+            "nonce": int(reply["nonce"]),
+            "expiry": reply["expiry"],
+        },
+    )
+    return Account.recover_message(message, signature=bytes.fromhex(reply["signature"][2:]))
+
+
+def test_provider_gets_a_manager_signed_invite_once(api: ApiHarness) -> None:
+    node, provider = invite_ready(api)
+    reply = api.signed(provider, "GET", f"/v1/invites/{node.address}")
+    assert reply.status_code == 200, reply.text
+    invite = reply.json()
+    assert (invite["pool_id"], invite["node"], invite["provider"]) == (1, node.address, provider.address)
+    assert (invite["chain_id"], invite["pool_contract"]) == (31337, POOL_CONTRACT)
+    assert recover_invite_signer(invite) == MANAGER.address == invite["manager"]
+    assert invite["expiry"] > time.time() + 1800
+    again = api.signed(provider, "GET", f"/v1/invites/{node.address}?pool_id=1").json()
+    assert again == invite  # no new nonce for a repeated request
+
+
+def test_invite_expiry_follows_chain_time_when_it_runs_ahead(api: ApiHarness) -> None:
+    node, provider = invite_ready(api)
+    api.add_block(1, time.time() + 86_400)
+    invite = api.signed(provider, "GET", f"/v1/invites/{node.address}").json()
+    assert invite["expiry"] > time.time() + 86_400
+
+
+@pytest.mark.parametrize(
+    "setup, status, error",
+    [
+        ("node_signs", 403, "not_node_provider"),
+        ("member", 403, "already_member"),
+        ("banned", 403, "node_banned"),
+        ("slashed", 403, "node_slashed"),
+        ("not_announced", 403, "node_not_announced"),
+        ("unregistered", 403, "node_not_registered"),
+        ("foreign_pool", 403, "pool_not_managed"),
+        ("closed_pool", 403, "pool_not_active"),
+        ("unknown_pool", 404, "unknown_pool"),
+        ("no_chain", 503, "chain_unknown"),
+    ],
+)
+def test_invite_refusals(api: ApiHarness, setup: str, status: int, error: str) -> None:
+    node, provider = invite_ready(api)
+    signer, pool_id = provider, 1
+    if setup == "node_signs":
+        signer = node
+    elif setup in ("member", "banned", "slashed"):
+        state = {"member": "active", "banned": "left", "slashed": "slashed"}[setup]
+        api.add_member(1, node.address, provider.address, state, blacklisted=setup == "banned")
+    elif setup == "not_announced":
+        api.conn.execute("DELETE FROM node_announcements")
+    elif setup == "unregistered":
+        api.conn.execute("UPDATE nodes SET active = false")
+    elif setup == "foreign_pool":
+        api.add_pool(2, Account.create().address)
+        pool_id = 2
+    elif setup == "closed_pool":
+        api.add_pool(2, MANAGER.address, "closed")
+        pool_id = 2
+    elif setup == "unknown_pool":
+        pool_id = 99
+    elif setup == "no_chain":
+        api.conn.execute("DELETE FROM indexer_state")
+    reply = api.signed(signer, "GET", f"/v1/invites/{node.address}?pool_id={pool_id}")
+    assert (reply.status_code, reply.json()["error"]) == (status, error), reply.text
+
+
+def test_ejected_node_may_be_invited_again(api: ApiHarness) -> None:
+    node, provider = invite_ready(api)
+    api.add_member(1, node.address, provider.address, "ejected")
+    assert api.signed(provider, "GET", f"/v1/invites/{node.address}").status_code == 200
+
+
+# --------------------------------------------------------------------------- sweeper
+
+
+def sweep(api: ApiHarness, eject=None, *, now: float | None = None) -> list[Ejection]:
+    async def run() -> list[Ejection]:
+        redis = AsyncRedis.from_url(api_redis_url())
+        try:
+            async with await AsyncConnection.connect(str(api.settings.database_url), autocommit=True) as conn:
+                return await sweep_once(
+                    conn,
+                    redis,
+                    MANAGER.address,
+                    eject,
+                    now=now or time.time(),
+                    thresholds=Liveness(api.settings.unhealthy_after, api.settings.dead_after),
+                )
+        finally:
+            await redis.aclose()
+
+    return asyncio.run(run())
+
+
+def test_sweeper_picks_only_dead_members_of_its_pools(api: ApiHarness) -> None:
+    now = time.time()
+    api.redis.set(liveness.EPOCH_KEY, repr(now - 10_000))
+    dead, _ = member(api)
+    alive, _ = member(api)
+    silent_never_seen, _ = member(api)
+    foreign, foreign_provider = actors()
+    api.add_node(foreign.address, foreign_provider.address)
+    api.add_pool(2, Account.create().address)
+    api.add_member(2, foreign.address, foreign_provider.address)
+    api.redis.zadd(liveness.HEARTBEATS_KEY, {dead.address: now - 500, alive.address: now - 1})
+    api.redis.zadd(liveness.HEARTBEATS_KEY, {foreign.address: now - 500})
+
+    ejected: list[tuple[int, str]] = []
+    outcomes = sweep(api, lambda pool_id, node: ejected.append((pool_id, node)) or "0xabc", now=now)
+    assert sorted(ejected) == sorted([(1, dead.address), (1, silent_never_seen.address)])
+    assert {e.outcome for e in outcomes} == {"ejected"}
+    assert sweep(api, lambda *_: pytest.fail("claimed nodes are not ejected twice"), now=now) == []
+
+
+def test_sweeper_gives_grace_after_liveness_is_lost(api: ApiHarness) -> None:
+    """A flushed Redis restarts the clock instead of making every member Dead at once."""
+    member(api)
+    assert sweep(api, lambda *_: pytest.fail("nobody is dead right after tracking starts")) == []
+
+
+# --------------------------------------------------------------------------- on anvil
+
+
+def test_invite_joins_on_chain_and_sweeper_ejects_the_dead(api: ApiHarness, anvil: AnvilProcess) -> None:
+    """The invite the API signs is one `joinPool` takes; the sweeper's eject lands on-chain."""
+    w3 = connect(anvil.url)
+    admin = Account.from_key(ANVIL_KEYS[0])
+    book = deploy_contracts(w3, TxSender(w3, admin))
+    chain = ChainClient.build(w3, book, admin)
+    provider, node = Account.create(), Account.create()
+    TxSender(w3, admin).transfer_eth(provider.address, 10**18)
+    chain.token.mint(provider.address, 1_000 * TOKEN)
+    pool_id, _ = chain.pool.create_pool(
+        PoolParams(
+            manager=MANAGER.address,
+            treasury=admin.address,
+            model_uri="devnet://test",
+            reward_per_unit=1,
+            validator_fee=1,
+            slash_amount=TOKEN,
+            dispute_window=3600,
+            validator_slash_share_bps=5_000,
+        )
+    )
+    chain.pool.start_pool(pool_id)
+    me = chain.as_account(provider)
+    me.registry.register_provider()
+    me.token.approve(me.stake_manager.address, 500 * TOKEN)
+    me.stake_manager.stake(500 * TOKEN)
+    me.registry.add_node(
+        node.address, 4, b"\x00" * 32, sign_node_ownership(node, provider.address, me.chain_id, me.registry.address)
+    )
+
+    # what the indexer would have written by now
+    api.add_node(node.address, provider.address)
+    api.add_pool(pool_id, MANAGER.address)
+    api.set_chain(w3.eth.chain_id)
+    write_address_book(api.settings.deployments_dir, book.compute_pool, w3.eth.chain_id)
+    api.add_block(w3.eth.block_number, w3.eth.get_block("latest")["timestamp"])
+    assert api.announce(node, provider.address).status_code == 200
+
+    reply = api.signed(provider, "GET", f"/v1/invites/{node.address}").json()
+    invite = Invite(reply["pool_id"], reply["node"], int(reply["nonce"]), reply["expiry"], bytes.fromhex(reply["signature"][2:]))
+    me.pool.join_pool(invite)
+    assert chain.pool.get_member(pool_id, node.address).state is MemberState.ACTIVE
+
+    api.add_member(pool_id, node.address, provider.address)
+    api.redis.set(liveness.EPOCH_KEY, repr(time.time() - 10_000))
+    outcomes = sweep(api, chain_ejector(chain.as_account(MANAGER)))
+    assert [(e.node, e.outcome) for e in outcomes] == [(node.address, "ejected")]
+    assert chain.pool.get_member(pool_id, node.address).state is MemberState.EJECTED

@@ -1,0 +1,74 @@
+"""Ledger cursors: opaque, round-trip exactly, and refuse anything the API did not issue."""
+
+from __future__ import annotations
+
+import contextlib
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from backend.db.ledger import (
+    MAX_CURSOR_CHARS,
+    NODES,
+    POOLS,
+    REWARDS,
+    SUBMISSIONS,
+    InvalidCursor,
+    decode_cursor,
+    encode_cursor,
+    page_sql,
+)
+
+POSITIONS = st.integers(min_value=0, max_value=2**63 - 1)
+
+
+@given(block=POSITIONS, log=POSITIONS)
+def test_position_cursors_round_trip(block, log):
+    cursor = encode_cursor(SUBMISSIONS, (block, log))
+    assert decode_cursor(SUBMISSIONS, cursor) == (block, log)
+    assert set(cursor) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
+
+
+@given(block=POSITIONS, log=POSITIONS, kind=st.sampled_from(["provider_reward", "withdrawal"]), account=st.text())
+def test_composite_cursors_round_trip(block, log, kind, account):
+    account = account.replace("\x00", "")[:128]
+    assert decode_cursor(REWARDS, encode_cursor(REWARDS, (block, log, kind, account))) == (block, log, kind, account)
+
+
+@given(st.text(max_size=MAX_CURSOR_CHARS + 10))
+def test_arbitrary_text_is_refused_only_as_invalid_cursor(text):
+    with contextlib.suppress(InvalidCursor):
+        decode_cursor(SUBMISSIONS, text)
+
+
+@pytest.mark.parametrize(
+    "listing, cursor",
+    [
+        (SUBMISSIONS, ""),
+        (SUBMISSIONS, "not base64 at all!"),
+        (SUBMISSIONS, "A" * (MAX_CURSOR_CHARS + 1)),
+        (NODES, encode_cursor(SUBMISSIONS, (5, 1))),  # another listing's cursor
+        (SUBMISSIONS, encode_cursor(NODES, ("0xabc",))),
+        (SUBMISSIONS, encode_cursor(SUBMISSIONS, (-1, 0))),
+        (SUBMISSIONS, encode_cursor(SUBMISSIONS, (2**63, 0))),
+        (SUBMISSIONS, encode_cursor(SUBMISSIONS, (True, 0))),  # JSON true is not a position
+        (SUBMISSIONS, encode_cursor(SUBMISSIONS, ("5", 0))),
+        (SUBMISSIONS, encode_cursor(SUBMISSIONS, (1.5, 0))),
+        (POOLS, encode_cursor(POOLS, ("1",))),
+        (NODES, encode_cursor(NODES, ("0x\x00",))),  # PostgreSQL text cannot hold NUL
+        (NODES, encode_cursor(NODES, ("x" * 200,))),
+    ],
+)
+def test_foreign_or_tampered_cursors_are_refused(listing, cursor):
+    with pytest.raises(InvalidCursor):
+        decode_cursor(listing, cursor)
+
+
+def test_page_queries_use_keyset_never_offset():
+    first = page_sql(SUBMISSIONS, frozenset({"pool_id", "status"}), False)
+    later = page_sql(SUBMISSIONS, frozenset({"pool_id", "status"}), True)
+    assert "OFFSET" not in first.upper() and "OFFSET" not in later.upper()
+    assert "(block_number, log_index) > (%(after_0)s, %(after_1)s)" in later
+    assert later.endswith("ORDER BY block_number, log_index LIMIT %(limit)s")
+    assert "pool_id = %(pool_id)s AND status = %(status)s" in first
