@@ -114,7 +114,7 @@ def connection_error(url: str, exc: psycopg.OperationalError) -> ProofpoolError:
     """The error to raise for a failed connection: a missing database is not a down server."""
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
     if "does not exist" in first_line:
-        return ConfigError(f"{first_line} at {redact(url)}: run `proofpool db upgrade` to create and migrate it")
+        return ConfigError(f"database {redact(url)} does not exist: run `proofpool db upgrade` to create and migrate it")
     return ServiceUnavailable(f"PostgreSQL is not reachable at {redact(url)} ({first_line}); {START_HINT}")
 
 

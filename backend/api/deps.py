@@ -14,6 +14,7 @@ from redis.asyncio import Redis
 from backend.api.errors import ApiError
 from proofpool.auth.signed_request import AuthError, SignedHeaders, verify_request
 from proofpool.config import Settings
+from proofpool.storage import ObjectStore
 
 
 def get_settings_dep(request: Request) -> Settings:
@@ -31,7 +32,21 @@ def get_redis(request: Request) -> Redis:
     return request.app.state.redis
 
 
+def get_object_store(request: Request) -> ObjectStore:
+    """The app's S3 client, built on first use and kept on `app.state` (never at import).
+
+    A sync dependency on purpose: FastAPI runs it in a worker thread, so building the boto3
+    client the first time does not stall the event loop.
+    """
+    store: ObjectStore | None = getattr(request.app.state, "object_store", None)
+    if store is None:
+        store = ObjectStore.from_settings(request.app.state.settings)
+        request.app.state.object_store = store
+    return store
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings_dep)]
+StoreDep = Annotated[ObjectStore, Depends(get_object_store)]
 Conn = Annotated[AsyncConnection, Depends(get_conn)]
 RedisDep = Annotated[Redis, Depends(get_redis)]
 

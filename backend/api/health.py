@@ -1,34 +1,74 @@
-"""`/healthz` (liveness of what the backend depends on) and `/metrics` (Prometheus)."""
+"""`/healthz` (what the backend depends on, and how far the indexer lags the chain) and
+`/metrics` (Prometheus)."""
 
 from __future__ import annotations
 
 import psycopg
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel
 from redis import exceptions as redis_errors
 
-from backend.api.deps import Conn, RedisDep
+from backend.api.deps import Conn, RedisDep, get_object_store
+from proofpool.chain.rpc import connect
+from proofpool.errors import ProofpoolError
 
 router = APIRouter(tags=["health"])
 
+INDEXER_NEXT_BLOCK = "SELECT next_block FROM indexer_state WHERE id = 1"
 
-@router.get("/healthz")
-async def healthz(conn: Conn, redis: RedisDep) -> JSONResponse:
-    """Database and Redis round trips; 503 when one fails."""
-    checks: dict[str, str] = {}
+
+class Health(BaseModel):
+    """`ok` is true when every dependency answers; `chain_lag_blocks` is null until indexed."""
+
+    ok: bool
+    checks: dict[str, str]
+    chain_head: int | None = None
+    indexed_through: int | None = None
+    chain_lag_blocks: int | None = None
+
+
+def _chain_head(request: Request) -> int:
+    w3 = getattr(request.app.state, "w3", None)
+    if w3 is None:
+        settings = request.app.state.settings
+        w3 = connect(settings.rpc_url, timeout=min(settings.rpc_timeout, 3.0), check=False)
+        request.app.state.w3 = w3
+    return int(w3.eth.block_number)
+
+
+@router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
+async def healthz(request: Request, conn: Conn, redis: RedisDep) -> JSONResponse:
+    """Database, Redis, object store and chain round trips; 503 when one fails."""
+    health = Health(ok=False, checks={})
     try:
-        await (await conn.execute("SELECT 1")).fetchone()
-        checks["database"] = "ok"
-    except (psycopg.Error, OSError) as exc:  # report, do not crash: this endpoint says what is down
-        checks["database"] = f"error: {exc.__class__.__name__}"
+        row = await (await conn.execute(INDEXER_NEXT_BLOCK)).fetchone()
+        health.indexed_through = None if row is None else int(row[0]) - 1
+        health.checks["database"] = "ok"
+    except psycopg.Error as exc:  # report, do not crash: this endpoint says what is down
+        health.checks["database"] = f"error: {exc.__class__.__name__}"
     try:
         await redis.ping()
-        checks["redis"] = "ok"
+        health.checks["redis"] = "ok"
     except (redis_errors.RedisError, OSError) as exc:
-        checks["redis"] = f"error: {exc.__class__.__name__}"
-    ok = all(v == "ok" for v in checks.values())
-    return JSONResponse(status_code=200 if ok else 503, content={"ok": ok, "checks": checks})
+        health.checks["redis"] = f"error: {exc.__class__.__name__}"
+    try:
+        store = await run_in_threadpool(get_object_store, request)
+        await run_in_threadpool(store.check)
+        health.checks["storage"] = "ok"
+    except ProofpoolError as exc:
+        health.checks["storage"] = f"error: {exc.__class__.__name__}"
+    try:
+        health.chain_head = await run_in_threadpool(_chain_head, request)
+        health.checks["chain"] = "ok"
+    except Exception as exc:  # noqa: BLE001 - any transport failure means the chain is not reachable
+        health.checks["chain"] = f"error: {exc.__class__.__name__}"
+    if health.chain_head is not None and health.indexed_through is not None:
+        health.chain_lag_blocks = max(0, health.chain_head - health.indexed_through)
+    health.ok = all(v == "ok" for v in health.checks.values())
+    return JSONResponse(status_code=200 if health.ok else 503, content=health.model_dump())
 
 
 @router.get("/metrics")

@@ -21,9 +21,11 @@ ADDRESS_PATTERN = r"^0x[0-9a-fA-F]{40}$"
 MAX_SPECS = 32
 """Most keys a node's specs may have; together with the value bounds this caps a row at a few KiB."""
 
-SpecKey = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+NO_NUL = r"^[^\x00]*$"
+"""PostgreSQL text and JSONB cannot hold NUL characters: refuse them at the edge (422, not 500)."""
+SpecKey = Annotated[str, StringConstraints(min_length=1, max_length=64, pattern=NO_NUL)]
 SpecValue = (
-    Annotated[str, StringConstraints(max_length=256)]
+    Annotated[str, StringConstraints(max_length=256, pattern=NO_NUL)]
     | Annotated[int, Field(ge=-(2**63), le=2**63 - 1)]
     | Annotated[float, Field(allow_inf_nan=False)]
     | bool
@@ -44,7 +46,10 @@ class Announcement(BaseModel):
         "may be registered on-chain as the node's specs hash.",
     )
     endpoint: str | None = Field(
-        None, max_length=256, pattern=r"^https?://\S+$", description="Where the node can be reached, if anywhere."
+        None,
+        max_length=256,
+        pattern=r"^https?://[^\s\x00]+$",
+        description="Where the node can be reached, if anywhere.",
     )
 
 

@@ -13,20 +13,20 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Annotated, Literal
+from typing import Literal
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter
 from pydantic import BaseModel, ConfigDict, Field
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller
+from backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller, StoreDep
 from backend.api.errors import ApiError, error_response
 from backend.db import memberships
 from proofpool.errors import ServiceUnavailable
-from proofpool.storage import ROLLOUT_CONTENT_TYPE, ObjectStore, normalize_sha256, rollout_key
+from proofpool.storage import ROLLOUT_CONTENT_TYPE, normalize_sha256, rollout_key
 
 log = logging.getLogger(__name__)
 
@@ -81,21 +81,6 @@ class UploadTicket(BaseModel):
     size: int
     expires_at: datetime
 
-
-def get_object_store(request: Request) -> ObjectStore:
-    """The app's S3 client, built on first use and kept on `app.state` (never at import).
-
-    A sync dependency on purpose: FastAPI runs it in a worker thread, so building the boto3
-    client the first time does not stall the event loop.
-    """
-    store: ObjectStore | None = getattr(request.app.state, "object_store", None)
-    if store is None:
-        store = ObjectStore.from_settings(request.app.state.settings)
-        request.app.state.object_store = store
-    return store
-
-
-StoreDep = Annotated[ObjectStore, Depends(get_object_store)]
 
 _RESPONSES: dict[int | str, dict] = {
     401: {"description": "Missing or bad signature, stale timestamp, replayed nonce."},

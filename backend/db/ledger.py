@@ -291,6 +291,12 @@ class Listing(Generic[Row]):
     filters: Mapping[str, str]
     """Filter name -> SQL predicate using the parameter of the same name."""
     row: type[Row]
+    table: str = ""
+    """Table of `select`; needed only with `sorted_by`."""
+    sorted_by: frozenset[str] = frozenset()
+    """Filters whose rows are best found out of key order, through a covering index, then sorted."""
+    seeks: frozenset[str] = frozenset()
+    """Filters whose index walks key order; any of them present beats `sorted_by`."""
 
 
 def _hex(column: str, alias: str | None = None) -> str:
@@ -354,6 +360,9 @@ SUBMISSIONS: Listing[SubmissionRow] = Listing(
         "until": "submitted_at < %(until)s",
     },
     row=SubmissionRow,
+    table="submissions",
+    sorted_by=frozenset({"since"}),
+    seeks=frozenset({"pool_id", "provider", "node"}),
 )
 
 VERDICT_COLUMNS = f"""pool_id, {_hex("work_key")}, verdict, validator, reason, block_number,
@@ -478,14 +487,28 @@ def decode_cursor(listing: Listing[Any], cursor: str) -> tuple[int | str, ...]:
 
 @cache
 def page_sql(listing: Listing[Any], filter_names: frozenset[str], resume: bool) -> str:
-    """The page query for one combination of filters, composed only from the listing's constants."""
+    """The page query for one combination of filters, composed only from the listing's constants.
+
+    Usually: `WHERE filters AND key > cursor ORDER BY key LIMIT n`, which walks an index in key
+    order. A submission's position moves when its status changes, so submission time and position
+    correlate without matching; the planner cannot know that, and for `since` it would walk the
+    position index from the cursor, filtering, through every row older than the window. Unless an
+    indexed equality filter (pool, provider, node) bounds that walk, a `since` page instead takes
+    the keys of the window's rows from the covering time index, sorts only those (`+ 0` keeps
+    the planner off the position index), and then fetches the page's rows by key: its cost grows
+    with the window, not with the table.
+    """
     predicates = [listing.filters[name] for name in sorted(filter_names)]
+    key = ", ".join(listing.key)
     if resume:
-        columns = ", ".join(listing.key)
         marks = ", ".join(f"%(after_{i})s" for i in range(len(listing.key)))
-        predicates.append(f"({columns}) > ({marks})")
+        predicates.append(f"({key}) > ({marks})")
     where = f" WHERE {' AND '.join(predicates)}" if predicates else ""
-    return f"{listing.select}{where} ORDER BY {', '.join(listing.key)} LIMIT %(limit)s"
+    if filter_names & listing.sorted_by and not filter_names & listing.seeks:
+        unordered = ", ".join([f"{listing.key[0]} + 0", *listing.key[1:]])
+        keys = f"SELECT {key} FROM {listing.table}{where} ORDER BY {unordered} LIMIT %(limit)s"
+        return f"{listing.select} WHERE ({key}) IN ({keys}) ORDER BY {key}"
+    return f"{listing.select}{where} ORDER BY {key} LIMIT %(limit)s"
 
 
 async def fetch_page(

@@ -51,11 +51,15 @@ def _is_static(kind: str) -> bool:
     return True
 
 
-def _json(value: Any) -> Any:
+def _json(kind: str, value: Any) -> Any:
+    """An eth_abi-decoded value in the JSON shape (eth_abi gives lowercase addresses: checksum them)."""
+    if kind.endswith("]"):
+        inner = kind[: kind.rindex("[")]
+        return [_json(inner, v) for v in value]
+    if kind == "address":
+        return checksum(bytes.fromhex(value[2:]))
     if isinstance(value, bytes):
         return "0x" + value.hex()
-    if isinstance(value, list | tuple):
-        return [_json(v) for v in value]
     return value
 
 
@@ -146,6 +150,6 @@ class FastDecoder:
                 values[name] = _static_word(kind, data[32 * i : 32 * i + 32])
         elif layout.data_args:
             decoded = abi_decode([kind for _, kind in layout.data_args], data)
-            for (name, _), value in zip(layout.data_args, decoded, strict=True):
-                values[name] = _json(value)
+            for (name, kind), value in zip(layout.data_args, decoded, strict=True):
+                values[name] = _json(kind, value)
         return values

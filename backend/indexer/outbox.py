@@ -192,7 +192,7 @@ class DispatchLoop(threading.Thread):
                     if self._draining:
                         return
                     self._wake.wait(self.poll_interval)
-        except BaseException as exc:  # kept for the indexer thread, which re-raises it
+        except Exception as exc:  # noqa: BLE001 - not swallowed: the indexer thread re-raises it
             self.error = exc
         finally:
             if conn is not None:

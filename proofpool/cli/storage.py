@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import typer
@@ -14,6 +15,9 @@ from rich.table import Table
 from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
 
+if TYPE_CHECKING:
+    from proofpool.storage.seaweed import SeaweedPorts
+
 app = typer.Typer(no_args_is_help=True)
 console = Console()
 
@@ -22,6 +26,12 @@ DEFAULT_S3_PORT = 8333
 
 def _pid_file() -> Path:
     return Path(get_settings().state_dir) / "seaweed.pid"
+
+
+def _read_pid(pid_file: Path) -> int:
+    """The pid recorded by `up --detach`; 0 for an empty or garbled file."""
+    text = pid_file.read_text().strip()
+    return int(text) if text.isdigit() else 0
 
 
 def _default_port() -> int:
@@ -41,13 +51,13 @@ def up(
     startup_timeout: float = typer.Option(60.0, min=1, help="Seconds to wait for the S3 gateway and bucket."),
 ) -> None:
     """Start SeaweedFS (`weed mini`) on loopback with the configured bucket and credentials."""
-    from proofpool.storage.seaweed import SeaweedPorts, is_weed_process, port_in_use, start_seaweed
+    from proofpool.storage.seaweed import is_weed_process, port_in_use, start_seaweed
 
     settings = get_settings()
     port = port or _default_port()
     pid_file = _pid_file()
     if pid_file.exists():
-        pid = int(pid_file.read_text().strip() or 0)
+        pid = _read_pid(pid_file)
         if pid and is_weed_process(pid):
             raise ProofpoolError(f"a detached store already runs (pid {pid}); stop it with `proofpool storage down`")
         pid_file.unlink()
@@ -57,11 +67,7 @@ def up(
     state.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or state / "seaweed"
     log_path = state / "seaweed.log"
-    ports = SeaweedPorts.defaults(port)
-    busy = [p for p in ports.all_ports()[1:] if port_in_use(p)]
-    if busy:
-        console.print(f"SeaweedFS default ports {busy} are busy; using free ports for its internal services")
-        ports = SeaweedPorts.free(s3=port)
+    ports = _devnet_ports(port)
     store = start_seaweed(
         data_dir,
         access_key=settings.s3_access_key,
@@ -101,7 +107,7 @@ def down(
     pid_file = _pid_file()
     if not pid_file.exists():
         raise ProofpoolError(f"no detached store recorded in {pid_file}")
-    pid = int(pid_file.read_text().strip() or 0)
+    pid = _read_pid(pid_file)
     if pid and stop_pid(pid, timeout=timeout):
         console.print(f"stopped SeaweedFS (pid {pid})")
     else:
@@ -138,3 +144,18 @@ def ls(
     console.print(table)
     if len(objects) == limit:
         console.print(f"(first {limit}; raise --limit for more)")
+
+
+def _devnet_ports(s3: int) -> SeaweedPorts:
+    """SeaweedFS's default ports when all are free (stable across restarts), else free ones."""
+    from proofpool.storage.seaweed import SeaweedPorts, port_in_use
+
+    try:
+        ports = SeaweedPorts.defaults(s3)
+    except ValueError:
+        return SeaweedPorts.free(s3=s3)
+    busy = [p for p in ports.all_ports()[1:] if port_in_use(p)]
+    if busy:
+        console.print(f"SeaweedFS default ports {busy} are busy; using free ports for its internal services")
+        return SeaweedPorts.free(s3=s3)
+    return ports

@@ -21,7 +21,9 @@ verifier's tie tolerance absorbs it when it does.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from bisect import bisect_right
+from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from typing import Final
 
 import numpy as np
@@ -58,36 +60,54 @@ def _step_(z: U64Array, scratch: U64Array) -> U64Array:
     return _fmix64_(z, scratch)
 
 
-def _row_keys(seed: int, sample_index: int, positions: torch.Tensor) -> U64Array:
-    """uint64 [n]: the per-(seed, sample, position) stream keys."""
+def _check_stream(seed: int, sample_index: int) -> None:
     if not 0 <= seed <= _U64:
         raise ValueError(f"seed must be a uint64, got {seed}")
     if not 0 <= sample_index <= _U64:
         raise ValueError(f"sample_index must be >= 0, got {sample_index}")
+
+
+def _stream_keys(seeds: Sequence[int], sample_indices: Sequence[int]) -> U64Array:
+    """uint64 [streams]: step(step(seed) ^ sample_index), the key of each (seed, sample) stream."""
+    for seed, index in zip(seeds, sample_indices, strict=True):
+        _check_stream(seed, index)
+    keys = np.array(seeds, dtype=np.uint64).reshape(-1)
+    scratch = np.empty_like(keys)
+    _step_(keys, scratch)
+    keys ^= np.array(sample_indices, dtype=np.uint64).reshape(-1)
+    return _step_(keys, scratch)
+
+
+def _positions(positions: torch.Tensor) -> npt.NDArray[np.int64]:
     pos_tensor = torch.as_tensor(positions).reshape(-1).cpu()
     if pos_tensor.is_floating_point() or pos_tensor.is_complex():
         raise ValueError(f"positions must be integers, got {pos_tensor.dtype}")
     pos = pos_tensor.numpy().astype(np.int64)
     if pos.size and int(pos.min()) < 0:
         raise ValueError("positions must be >= 0")
-    key = np.array([seed], dtype=np.uint64)
-    _step_(key, np.empty_like(key))
-    key ^= np.uint64(sample_index)
-    _step_(key, np.empty_like(key))
-    keys = pos.astype(np.uint64) ^ key
+    return pos
+
+
+def _row_keys(stream_keys: U64Array, positions: npt.NDArray[np.int64]) -> U64Array:
+    """uint64 [rows]: step(stream_key ^ position) per row (stream keys given per row)."""
+    keys = positions.astype(np.uint64) ^ stream_keys
     return _step_(keys, np.empty_like(keys))
 
 
-def _noise_blocks(
-    seed: int, sample_index: int, positions: torch.Tensor, vocab_size: int
-) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
-    """Yield (first row, float32 [rows, vocab] noise) in cache-sized blocks of rows.
+def _sample_keys(seed: int, sample_index: int, positions: torch.Tensor) -> U64Array:
+    """uint64 [n]: the per-(seed, sample, position) row keys of one sample."""
+    _check_stream(seed, sample_index)
+    pos = _positions(positions)
+    return _row_keys(_stream_keys([seed], [sample_index]), pos)
+
+
+def _noise_blocks(keys: U64Array, vocab_size: int) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+    """Yield (first row, float32 [rows, vocab] noise) for the row keys, in cache-sized blocks of rows.
 
     Each yielded array is a reused buffer, valid until the next iteration.
     """
     if vocab_size < 1:
         raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
-    keys = _row_keys(seed, sample_index, positions)
     with np.errstate(over="ignore"):
         # step(key + token * GOLDEN) = fmix64(key + (token + 1) * GOLDEN): fold the increment in.
         offsets = (np.arange(vocab_size, dtype=np.uint64) + np.uint64(1)) * np.uint64(GOLDEN)
@@ -123,9 +143,64 @@ def gumbel_noise(seed: int, sample_index: int, positions: torch.Tensor, vocab_si
     """
     n = torch.as_tensor(positions).numel()
     out = np.empty((n, vocab_size), dtype=np.float32)
-    for start, noise in _noise_blocks(seed, sample_index, positions, vocab_size):
+    for start, noise in _noise_blocks(_sample_keys(seed, sample_index, positions), vocab_size):
         out[start : start + noise.shape[0]] = noise
     return torch.from_numpy(out)
+
+
+class _Rows:
+    """The rows of several float32 [n_i, vocab] arrays read as one sequence, block by block."""
+
+    def __init__(self, parts: Sequence[npt.NDArray[np.float32]]) -> None:
+        self._parts = [p for p in parts if p.shape[0]]
+        self._starts = [0, *accumulate(p.shape[0] for p in self._parts)]
+
+    def take(self, start: int, stop: int) -> npt.NDArray[np.float32]:
+        """Rows start..stop-1: a view when they lie in one array, else a copy of the pieces."""
+        first = bisect_right(self._starts, start) - 1
+        offset = self._starts[first]
+        if stop <= self._starts[first + 1]:
+            return self._parts[first][start - offset : stop - offset]
+        pieces = []
+        for part, lo in zip(self._parts[first:], self._starts[first:-1], strict=True):
+            if lo >= stop:
+                break
+            pieces.append(part[max(start - lo, 0) : stop - lo])
+        return np.concatenate(pieces)
+
+
+def _score_blocks(
+    rows: _Rows,
+    vocab_size: int,
+    temperatures: Sequence[float],
+    counts: npt.NDArray[np.int64],
+    keys: U64Array,
+) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+    """Yield (first row, float32 [rows, vocab] perturbed scores), sample i owning `counts[i]` rows:
+    per row `logits / float32(temperature) + noise`, each a correctly rounded float32 operation, or
+    the logits themselves where the temperature is 0 (greedy). Yielded arrays may be reused buffers,
+    valid until the next iteration."""
+    greedy = np.repeat([t == 0 for t in temperatures], counts)
+    if greedy.all():
+        step = max(1, _BLOCK_ELEMENTS // vocab_size)
+        for start in range(0, keys.size, step):
+            yield start, rows.take(start, min(keys.size, start + step))
+        return
+    divisors = np.repeat(np.array([t if t != 0 else 1.0 for t in temperatures], dtype=np.float32), counts)
+    mixed = bool(greedy.any())
+    out: npt.NDArray[np.float32] | None = None
+    for start, noise in _noise_blocks(keys, vocab_size):
+        if out is None:
+            out = np.empty_like(noise)
+        stop = start + noise.shape[0]
+        base = rows.take(start, stop)
+        block = out[: noise.shape[0]]
+        np.divide(base, divisors[start:stop, None], out=block)
+        block += noise
+        if mixed:
+            exact = greedy[start:stop]
+            block[exact] = base[exact]
+        yield start, block
 
 
 def score_blocks(
@@ -145,19 +220,45 @@ def score_blocks(
     n = torch.as_tensor(positions).numel()
     if n != logits.shape[0]:
         raise ValueError(f"{logits.shape[0]} rows of logits but {n} positions")
-    base = logits.detach().to(device="cpu", dtype=torch.float32).numpy()
-    if temperature == 0:
-        yield 0, base  # greedy: no noise
+    keys = _sample_keys(seed, sample_index, positions)
+    if logits.shape[1] < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {logits.shape[1]}")
+    rows = _Rows([logits.detach().to(device="cpu", dtype=torch.float32).numpy()])
+    yield from _score_blocks(rows, logits.shape[1], [temperature], np.array([n]), keys)
+
+
+def batch_score_blocks(
+    logits: Sequence[torch.Tensor],
+    temperatures: Sequence[float],
+    seeds: Sequence[int],
+    sample_indices: Sequence[int],
+) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+    """`score_blocks` for many samples at once, sample i at positions 0..n_i-1 of its own stream:
+    yield (first row, float32 [rows, vocab] scores) over all rows in order (sample 0's rows, then
+    sample 1's, ...). One noise computation covers every sample, and blocks may span samples.
+
+    All samples share one vocabulary (one model); ValueError otherwise.
+    """
+    if not len(logits) == len(temperatures) == len(seeds) == len(sample_indices):
+        raise ValueError("logits, temperatures, seeds and sample_indices must have one entry per sample")
+    if any(t.dim() != 2 for t in logits):
+        raise ValueError("logits must be 2-D [n, vocab] per sample")
+    if any(t < 0 for t in temperatures):
+        raise ValueError(f"temperatures must be >= 0, got {min(temperatures)}")
+    vocabs = {t.shape[1] for t in logits}
+    if len(vocabs) > 1:
+        raise ValueError(f"samples have different vocabulary sizes: {sorted(vocabs)}")
+    if not logits:
         return
-    divisor = np.float32(temperature)
-    out: npt.NDArray[np.float32] | None = None
-    for start, noise in _noise_blocks(seed, sample_index, positions, logits.shape[1]):
-        if out is None:
-            out = np.empty_like(noise)
-        block = out[: noise.shape[0]]
-        np.divide(base[start : start + noise.shape[0]], divisor, out=block)
-        block += noise
-        yield start, block
+    vocab_size = vocabs.pop()
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+    counts = np.array([t.shape[0] for t in logits], dtype=np.int64)
+    starts = np.repeat(np.cumsum(counts) - counts, counts)
+    positions = np.arange(int(counts.sum()), dtype=np.int64) - starts
+    keys = _row_keys(np.repeat(_stream_keys(seeds, sample_indices), counts), positions)
+    rows = _Rows([t.detach().to(device="cpu", dtype=torch.float32).numpy() for t in logits])
+    yield from _score_blocks(rows, vocab_size, temperatures, counts, keys)
 
 
 def scores(

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 import numpy as np
+import numpy.typing as npt
 import torch
 
-from proofpool.sampling.gumbel import score_blocks
+from proofpool.sampling.gumbel import batch_score_blocks
 
 DEFAULT_TIE_TOLERANCE: Final = 0.25
 """In logit units (divided by the temperature before comparing perturbed scores, since engine
@@ -55,6 +56,79 @@ class SamplingCheck:
         return self.reproduced / self.n_tokens if self.n_tokens else 1.0
 
 
+@dataclass(frozen=True)
+class SamplingInput:
+    """One completion to check: the verifier's logits for it and the stream it claims to come from."""
+
+    logits: torch.Tensor
+    """[n, vocab]: row i are the verifier's logits that produced completion token i."""
+    completion_tokens: Sequence[int]
+    temperature: float
+    seed: int
+    sample_index: int
+    """The row's index in its rollout file."""
+
+
+def verify_batch(
+    samples: Sequence[SamplingInput],
+    eos_token_id: int,
+    max_tokens: int,
+    tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
+) -> list[SamplingCheck]:
+    """`verify` for many completions at once: their rows are scored in one pass over one noise
+    computation (`batch_score_blocks`), so the cost is per token, not per sample.
+
+    Token ids outside the vocabulary count as not reproduced (they come from an untrusted file); a
+    logits row count that differs from its completion is the verifier's own bug and raises ValueError.
+    """
+    tokens = [[int(t) for t in s.completion_tokens] for s in samples]
+    for s, toks in zip(samples, tokens, strict=True):
+        if s.logits.dim() != 2 or s.logits.shape[0] != len(toks):
+            raise ValueError(f"logits shape {tuple(s.logits.shape)} does not match {len(toks)} completion tokens")
+    counts = np.array([len(t) for t in tokens], dtype=np.int64)
+    total = int(counts.sum())
+    vocab = int(samples[0].logits.shape[1]) if samples else 0
+    safe = np.array([t if 0 <= t < vocab else -1 for toks in tokens for t in toks], dtype=np.int64).reshape(total)
+    in_vocab = safe >= 0
+    safe[~in_vocab] = 0  # hostile ids: any in-vocabulary id, then counted as not reproduced
+    exact = np.zeros(total, dtype=bool)
+    gaps = np.full(total, np.inf, dtype=np.float32)
+    logits, temperatures = [s.logits for s in samples], [s.temperature for s in samples]
+    streams = [s.seed for s in samples], [s.sample_index for s in samples]
+    for start, block in batch_score_blocks(logits, temperatures, *streams):
+        rows = slice(start, start + block.shape[0])
+        mine = block[np.arange(block.shape[0]), safe[rows]]
+        exact[rows] = block.argmax(axis=1) == safe[rows]
+        gaps[rows] = block.max(axis=1) - mine
+    # Compared in float32, as a Python-float tolerance against float32 gaps always was.
+    tolerances = np.array([tie_tolerance / s.temperature if s.temperature > 0 else tie_tolerance for s in samples])
+    tied = ~exact & (gaps <= np.repeat(tolerances.astype(np.float32), counts)) & in_vocab
+    ok = (exact | tied) & in_vocab
+    gaps[~in_vocab] = np.inf
+    ends = np.cumsum(counts)
+    starts = ends - counts
+    reproduced = _segment_sums(ok, ends)
+    ties = _segment_sums(tied, ends)
+    bad = np.flatnonzero(~ok)
+    first_bad = bad[np.minimum(np.searchsorted(bad, starts), max(bad.size - 1, 0))] if bad.size else starts
+    nonempty = np.flatnonzero(counts)
+    max_gaps = np.zeros(len(samples), dtype=np.float32)
+    if nonempty.size:
+        max_gaps[nonempty] = np.maximum.reduceat(gaps, starts[nonempty])
+    return [
+        SamplingCheck(
+            n_tokens=len(toks),
+            reproduced=int(reproduced[i]),
+            tolerated_ties=int(ties[i]),
+            first_mismatch=int(first_bad[i] - starts[i]) if bad.size and starts[i] <= first_bad[i] < ends[i] else None,
+            eos_ok=_eos_ok(toks, eos_token_id, max_tokens),
+            length_ok=len(toks) <= max_tokens,
+            max_gap=float(max_gaps[i]),
+        )
+        for i, toks in enumerate(tokens)
+    ]
+
+
 def verify(
     logits: torch.Tensor,
     completion_tokens: Sequence[int],
@@ -65,40 +139,20 @@ def verify(
     max_tokens: int,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
 ) -> SamplingCheck:
-    """Check a completion against the verifier's logits [n_completion, vocab].
+    """Check a completion against the verifier's logits [n_completion, vocab] (`verify_batch` for one).
 
     `logits[i]` are the logits that produced completion token i. Token ids outside the vocabulary
     count as not reproduced (they come from an untrusted file); a row count that differs from the
     completion is the verifier's own bug and raises ValueError.
     """
-    tokens = [int(t) for t in completion_tokens]
-    n, vocab = logits.shape if logits.dim() == 2 else (-1, -1)
-    if n != len(tokens):
-        raise ValueError(f"logits shape {tuple(logits.shape)} does not match {len(tokens)} completion tokens")
-    in_vocab = np.array([0 <= t < vocab for t in tokens], dtype=bool)
-    safe = np.array([t if 0 <= t < vocab else 0 for t in tokens], dtype=np.int64)  # hostile ids: any int
-    exact = np.zeros(n, dtype=bool)
-    gaps = np.full(n, np.inf, dtype=np.float32)
-    positions = torch.arange(n, dtype=torch.int64)
-    for start, block in score_blocks(logits, temperature, seed, sample_index, positions):
-        rows = slice(start, start + block.shape[0])
-        mine = block[np.arange(block.shape[0]), safe[rows]]
-        exact[rows] = block.argmax(axis=1) == safe[rows]
-        gaps[rows] = block.max(axis=1) - mine
-    tolerance = tie_tolerance / temperature if temperature > 0 else tie_tolerance
-    tied = ~exact & (gaps <= tolerance) & in_vocab
-    ok = (exact | tied) & in_vocab
-    gaps[~in_vocab] = np.inf
-    bad = np.flatnonzero(~ok)
-    return SamplingCheck(
-        n_tokens=n,
-        reproduced=int(ok.sum()),
-        tolerated_ties=int(tied.sum()),
-        first_mismatch=int(bad[0]) if bad.size else None,
-        eos_ok=_eos_ok(tokens, eos_token_id, max_tokens),
-        length_ok=n <= max_tokens,
-        max_gap=float(gaps.max()) if n else 0.0,
-    )
+    sample = SamplingInput(logits, completion_tokens, temperature, seed, sample_index)
+    return verify_batch([sample], eos_token_id, max_tokens, tie_tolerance)[0]
+
+
+def _segment_sums(values: npt.NDArray[np.bool_], ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """Per segment [ends[i-1], ends[i]) of a flat array: its number of True values."""
+    totals = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+    return totals[ends] - totals[np.concatenate([[0], ends[:-1]])]
 
 
 def _eos_ok(tokens: list[int], eos_token_id: int, max_tokens: int) -> bool:

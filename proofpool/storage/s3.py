@@ -154,7 +154,6 @@ class ObjectStore:
         ttl: int,
         *,
         content_type: str | None = None,
-        now: datetime | None = None,
     ) -> PresignedUpload:
         """A PUT URL for exactly this key, this many bytes and this sha256, valid `ttl` seconds.
 
@@ -176,7 +175,7 @@ class ObjectStore:
         if content_type:
             params["ContentType"] = content_type
             headers["Content-Type"] = content_type
-        signed_at = now or datetime.now(UTC)
+        signed_at = datetime.now(UTC)
         url = self.client.generate_presigned_url("put_object", Params=params, ExpiresIn=ttl, HttpMethod="PUT")
         return PresignedUpload(url=url, key=key, expires_at=signed_at + timedelta(seconds=ttl), headers=headers)
 
@@ -192,8 +191,12 @@ class ObjectStore:
                 raise self._mapped(exc, "check bucket") from exc
         except (BotoCoreError, OSError) as exc:
             raise self._mapped(exc, "check bucket") from exc
+        region = self.client.meta.region_name
+        location: dict[str, Any] = {}
+        if region not in (None, "us-east-1"):  # AWS wants the region named for any other one
+            location["CreateBucketConfiguration"] = {"LocationConstraint": region}
         try:
-            self.client.create_bucket(Bucket=self.bucket)
+            self.client.create_bucket(Bucket=self.bucket, **location)
         except ClientError as exc:
             if _code(exc) in {"BucketAlreadyOwnedByYou", "BucketAlreadyExists"}:
                 return False

@@ -49,7 +49,12 @@ class SeaweedPorts:
 
     @classmethod
     def defaults(cls, s3: int = 8333) -> SeaweedPorts:
-        """SeaweedFS's own default ports (the devnet store, so its metadata survives restarts)."""
+        """SeaweedFS's own default ports (the devnet store); S3 gRPC at `s3` + 10000 as weed does.
+
+        `ValueError` when that gRPC port would not exist (`s3` above 55535): use `free(s3=...)`.
+        """
+        if s3 + 10000 > 65535:
+            raise ValueError(f"no default gRPC port for S3 port {s3}")
         return cls(s3, s3 + 10000, 9333, 19333, 9340, 19340, 8888, 18888, 23646)
 
     @classmethod

@@ -1,8 +1,10 @@
 """TOPLOC: locality-sensitive proofs of the last hidden states behind a completion.
 
-Workers `build_proofs` from the activations they generated with; validators recompute the
-activations in one prefill and `verify_proofs`, then `toploc_verdict` turns the per-chunk
-statistics into accept/reject with a reason code. See docs/toploc.md.
+Workers `build_proofs_batch` from the activations they generated with (all samples of a generation
+call at once); validators recompute the activations in one prefill and `verify_proofs_batch` (or
+`verify_proof_blobs_batch` on rollout rows), then `toploc_verdict` turns each sample's per-chunk
+statistics into accept/reject with a reason code. The single-sample functions are the same code
+for one sample. See docs/toploc.md.
 """
 
 from proofpool.toploc.field import PRIME, ToplocError
@@ -11,11 +13,19 @@ from proofpool.toploc.proof import (
     DEFAULT_TOPK,
     ProofFormatError,
     build_proofs,
+    build_proofs_batch,
     expected_proof_lengths,
     join_proofs,
     split_proofs,
 )
-from proofpool.toploc.verify import ChunkCheck, toploc_verdict, verify_proof_blob, verify_proofs
+from proofpool.toploc.verify import (
+    ChunkCheck,
+    toploc_verdict,
+    verify_proof_blob,
+    verify_proof_blobs_batch,
+    verify_proofs,
+    verify_proofs_batch,
+)
 
 __all__ = [
     "DEFAULT_CHUNK_SIZE",
@@ -25,10 +35,13 @@ __all__ = [
     "ProofFormatError",
     "ToplocError",
     "build_proofs",
+    "build_proofs_batch",
     "expected_proof_lengths",
     "join_proofs",
     "split_proofs",
     "toploc_verdict",
     "verify_proof_blob",
+    "verify_proof_blobs_batch",
     "verify_proofs",
+    "verify_proofs_batch",
 ]

@@ -1,13 +1,26 @@
 """Arithmetic over the prime field GF(65497) that TOPLOC proofs live in.
 
-A proof is the polynomial through (index mod m, bf16 bits) of a chunk's top-k activations. The
-field is small enough that every product of two elements fits in int64, so interpolation and
-evaluation are plain batched numpy integer operations: no big integers, no per-point Python loop.
-Every function works on a batch of independent polynomials (one per chunk) at once.
+A proof is the polynomial through (index mod m, bf16 bits) of a chunk's top-k activations. Every
+function works on a batch of independent polynomials (one per chunk) at once, so a worker proves
+all chunks of all its samples in one pass and a verifier checks them in one pass.
+
+Values are integers held in float64: a product of two field elements is below 2**32 and a sum of
+up to 2**20 such products stays below 2**53, so float64 matrix products (BLAS) and FFTs compute
+them exactly, and `_reduce_` brings them back into the field. Intermediate values are "lazy": in
+[0, p] rather than [0, p), where p stands for 0; results are canonical.
+
+- `evaluate` uses baby-step giant-step: with S * A >= n, sum_e c_e x^e = sum_a (x^S)^a sum_s
+  c_{S a + s} x^s, so the O(n * points) work is one small matrix product per chunk.
+- `interpolate` uses the Lagrange form. With M(X) = prod_i (X - x_i) and z_i = y_i / M'(x_i), the
+  coefficients are c_t = sum_e M_{t+1+e} P_e where P_e = sum_i z_i x_i^e: M by a product tree
+  (FFT convolutions), M'(x_i) by `evaluate`, P by the transposed product, c by one convolution.
+  The interpolating polynomial of degree < n is unique, so this gives the same coefficients as
+  any other method (the tests compare with textbook Lagrange and Newton interpolation).
 """
 
 from __future__ import annotations
 
+import math
 from functools import cache
 from typing import Final
 
@@ -21,8 +34,16 @@ PRIME: Final = 65497
 
 _MODULUS_BATCH: Final = 64
 """Candidate moduli tested per vectorized step of the injective-modulus search."""
+_P: Final = float(PRIME)
+_INV_P: Final = 1.0 / PRIME
+_DIRECT_DEGREE: Final = 8
+"""Product-tree levels below this degree multiply directly; higher ones use FFTs."""
+_MAX_ROUNDING: Final = 0.25
+"""An FFT convolution whose outputs stray further from integers than this is refused. Its error
+bound for our sizes (n = 128 points: about 1e-3) is far below; the check costs one pass."""
 
 Int64Array = npt.NDArray[np.int64]
+Float64Array = npt.NDArray[np.float64]
 
 
 class ToplocError(ProofpoolError):
@@ -37,8 +58,7 @@ class ToplocError(ProofpoolError):
 def inverse_table() -> Int64Array:
     """int64 [PRIME]: multiplicative inverses by Fermat (a^(p-2)); entry 0 is 0 (never used).
 
-    Built once per process on first use (about a millisecond), so divided differences are one
-    table lookup per division.
+    Built once per process on first use (about a millisecond).
     """
     base = np.arange(PRIME, dtype=np.int64)
     result = np.ones(PRIME, dtype=np.int64)
@@ -53,34 +73,53 @@ def inverse_table() -> Int64Array:
     return result
 
 
-def find_injective_modulus(indices: npt.ArrayLike) -> int:
-    """The largest m <= PRIME such that `indices mod m` are pairwise distinct.
+def find_injective_moduli(indices: npt.ArrayLike) -> Int64Array:
+    """Per row of int [batch, k]: the largest m <= PRIME such that `row mod m` are pairwise distinct.
 
-    The reference scans m downwards one at a time in Python; this tests `_MODULUS_BATCH`
-    candidates per step (sort each candidate's residues, look for equal neighbours). Most
-    chunks stop at m = PRIME because their flat indices are already below it.
+    Rows whose indices are all below PRIME (most chunks) take m = PRIME at once; the others test
+    m = PRIME in one vectorized step and only the rows that collide scan further down, testing
+    `_MODULUS_BATCH` candidates per step.
 
     Raises:
-        ToplocError: the indices repeat, or no modulus >= the number of points separates them.
+        ToplocError: a row has negative or repeated indices, or no modulus >= its number of points
+            separates them.
     """
-    x = np.asarray(indices, dtype=np.int64).reshape(-1)
-    n = x.size
-    if n == 0:
-        return PRIME
-    if x.min() < 0:
+    x = np.asarray(indices, dtype=np.int64)
+    if x.ndim != 2:
+        raise ToplocError(f"indices must be 2-D [batch, k], got shape {x.shape}")
+    moduli = np.full(x.shape[0], PRIME, dtype=np.int64)
+    if x.size == 0:
+        return moduli
+    if int(x.min()) < 0:
         raise ToplocError("indices must be non-negative")
-    if np.unique(x).size != n:
+    ordered = np.sort(x, axis=1)
+    if (ordered[:, 1:] == ordered[:, :-1]).any():
         raise ToplocError("indices repeat: no modulus can separate them")
-    if x.max() < PRIME:
-        return PRIME
+    large = np.flatnonzero(ordered[:, -1] >= PRIME)
+    if large.size:
+        residues = np.sort(x[large] % PRIME, axis=1)
+        collide = large[(residues[:, 1:] == residues[:, :-1]).any(axis=1)]
+        for row in collide:
+            moduli[row] = _scan_moduli(x[row], PRIME - 1)
+    return moduli
+
+
+def _scan_moduli(x: Int64Array, top: int) -> int:
+    """The largest m <= top separating the distinct indices x (the reference scans one at a time)."""
+    n = x.size
     lowest = max(n, 1)  # fewer residues than points cannot be distinct
-    for top in range(PRIME, lowest - 1, -_MODULUS_BATCH):
-        moduli = np.arange(top, max(top - _MODULUS_BATCH, lowest - 1), -1, dtype=np.int64)
+    for start in range(top, lowest - 1, -_MODULUS_BATCH):
+        moduli = np.arange(start, max(start - _MODULUS_BATCH, lowest - 1), -1, dtype=np.int64)
         residues = np.sort(x[None, :] % moduli[:, None], axis=1)
         injective = ~(residues[:, 1:] == residues[:, :-1]).any(axis=1)
         if injective.any():
             return int(moduli[int(np.argmax(injective))])
     raise ToplocError(f"no injective modulus >= {lowest} for {n} indices")
+
+
+def find_injective_modulus(indices: npt.ArrayLike) -> int:
+    """`find_injective_moduli` for one set of indices."""
+    return int(find_injective_moduli(np.asarray(indices, dtype=np.int64).reshape(1, -1))[0])
 
 
 def interpolate(xs: npt.ArrayLike, ys: npt.ArrayLike) -> Int64Array:
@@ -92,42 +131,47 @@ def interpolate(xs: npt.ArrayLike, ys: npt.ArrayLike) -> Int64Array:
 
     Returns:
         int64 [batch, n] (or [n]): c with p_b(x) = sum_j c[b, j] x^j (mod PRIME), degree < n.
-
-    Newton divided differences (n - 1 vectorized steps), then the Newton form expanded to the
-    monomial basis (n - 1 more steps), each step over the whole batch. The interpolating
-    polynomial of degree < n is unique, so the order of the points does not matter.
     """
     x = np.asarray(xs, dtype=np.int64)
     y = np.asarray(ys, dtype=np.int64)
     if x.shape != y.shape or x.ndim not in (1, 2):
         raise ToplocError(f"xs {x.shape} and ys {y.shape} must be equal 1-D or 2-D shapes")
     squeeze = x.ndim == 1
-    x = np.atleast_2d(x) % PRIME
-    c = np.atleast_2d(y) % PRIME
-    n = x.shape[1]
-    inverse = inverse_table()
-    for j in range(1, n):
-        denominators = (x[:, j:] - x[:, :-j]) % PRIME
-        if not denominators.all():
-            raise ToplocError("interpolation points repeat modulo the field prime")
-        c[:, j:] = (c[:, j:] - c[:, j - 1 : -1]) % PRIME * inverse[denominators] % PRIME
-    # Horner on the Newton form: p = c0 + (X - x0)(c1 + (X - x1)(c2 + ...)).
-    coeffs = np.zeros_like(c)
-    if n:
-        coeffs[:, 0] = c[:, n - 1]
-    for k in range(n - 2, -1, -1):
-        shifted = np.zeros_like(coeffs)
-        shifted[:, 1:] = coeffs[:, :-1]  # multiply by X
-        coeffs = (shifted - coeffs * x[:, k : k + 1]) % PRIME  # ... minus x_k times p
-        coeffs[:, 0] = (coeffs[:, 0] + c[:, k]) % PRIME
-    return coeffs[0] if squeeze else coeffs
+    x, y = np.atleast_2d(x) % PRIME, np.atleast_2d(y) % PRIME
+    batch, n = x.shape
+    if n == 0:
+        return np.zeros((0,) if squeeze else (batch, 0), dtype=np.int64)
+    ordered = np.sort(x, axis=1)
+    if (ordered[:, 1:] == ordered[:, :-1]).any():
+        raise ToplocError("interpolation points repeat modulo the field prime")
+    xf = x.astype(np.float64)
+    baby, giant = _powers_for(xf, n)
+    low = _master_lower(xf)  # M_0 .. M_{n-1}; M_n = 1
+    derivative = np.empty((batch, n))  # M'(X) = sum_e (e + 1) M_{e+1} X^e
+    np.multiply(low[:, 1:], np.arange(1, n), out=derivative[:, : n - 1])
+    derivative[:, n - 1] = n
+    slopes = _canonical(_evaluate_powers(_reduce_(derivative), baby, giant))  # M'(x_i), never 0
+    z = _reduce_(y * inverse_table()[slopes].astype(np.float64))
+    giant *= z
+    _reduce_(giant)
+    weighted = _reduce_(giant.transpose(1, 0, 2) @ baby.transpose(1, 2, 0))  # [batch, A, S]: P_{S a + s}
+    sums = weighted.reshape(batch, -1)[:, :n]
+    upper = np.empty((batch, n))  # M_1 .. M_n
+    upper[:, : n - 1] = low[:, 1:]
+    upper[:, n - 1] = 1.0
+    size = 1 << (2 * n - 1).bit_length()
+    spectrum = np.fft.rfft(upper, size)
+    spectrum *= np.fft.rfft(sums[:, ::-1], size)
+    coeffs = _round_exact(np.fft.irfft(spectrum, size)[:, n - 1 : 2 * n - 1])
+    out = _canonical(_reduce_(coeffs))
+    return out[0] if squeeze else out
 
 
 def evaluate(coeffs: npt.ArrayLike, points: npt.ArrayLike) -> Int64Array:
-    """Horner evaluation mod PRIME of polynomials at points.
+    """Evaluation mod PRIME of polynomials at points.
 
     Args:
-        coeffs: int [batch, n] (or [n]), ascending powers, each in [0, PRIME).
+        coeffs: int [batch, n] (or [n]), ascending powers (reduced modulo PRIME first).
         points: int [batch, k] (or [k]), non-negative.
 
     Returns:
@@ -136,11 +180,115 @@ def evaluate(coeffs: npt.ArrayLike, points: npt.ArrayLike) -> Int64Array:
     c = np.asarray(coeffs, dtype=np.int64)
     p = np.asarray(points, dtype=np.int64)
     squeeze = c.ndim == 1 and p.ndim == 1
-    c = np.atleast_2d(c)
-    p = np.atleast_2d(p) % PRIME
+    c, p = np.atleast_2d(c), np.atleast_2d(p)
     if c.shape[0] != p.shape[0]:
         raise ToplocError(f"{c.shape[0]} polynomials but {p.shape[0]} rows of points")
-    result = np.zeros(p.shape, dtype=np.int64)
-    for j in range(c.shape[1] - 1, -1, -1):
-        result = (result * p + c[:, j : j + 1]) % PRIME
-    return result[0] if squeeze else result
+    if c.shape[1] == 0:
+        out = np.zeros(p.shape, dtype=np.int64)
+    else:
+        baby, giant = _powers_for((p % PRIME).astype(np.float64), c.shape[1])
+        out = _canonical(_evaluate_powers((c % PRIME).astype(np.float64), baby, giant))
+    return out[0] if squeeze else out
+
+
+def _reduce_(t: Float64Array, scratch: Float64Array | None = None) -> Float64Array:
+    """In place: integer values in [0, 2**52) to representatives in [0, p].
+
+    floor(t / p) computed as floor(t * (1/p)) is exact unless t is a multiple of p, where it may
+    come out one low and leave p instead of 0: the lazy representative, harmless until the end.
+    `scratch`, if given, is a buffer of t's shape (saves an allocation in loops).
+    """
+    q = np.multiply(t, _INV_P, out=scratch)
+    np.floor(q, out=q)
+    q *= _P
+    t -= q
+    return t
+
+
+def _canonical(t: Float64Array) -> Int64Array:
+    """Lazy representatives in [0, p] as int64 in [0, p)."""
+    out = t.astype(np.int64)
+    out[out == PRIME] = 0
+    return out
+
+
+def _round_exact(t: Float64Array) -> Float64Array:
+    """An FFT convolution's output rounded to the integers it approximates (in place)."""
+    rounded = np.rint(t)
+    if t.size and float(np.abs(t - rounded).max()) > _MAX_ROUNDING:
+        raise ToplocError("FFT convolution lost precision: too many points for exact float64 arithmetic")
+    t[...] = rounded
+    return t
+
+
+def _split(n: int) -> tuple[int, int]:
+    """(S, A) with S * A >= n and S about sqrt(n): baby steps and giant steps."""
+    baby = math.isqrt(max(n - 1, 0)) + 1
+    return baby, -(-n // baby)
+
+
+def _powers(q: Float64Array, count: int) -> Float64Array:
+    """[count, batch, k]: q^0 .. q^(count - 1) of q [batch, k], lazily reduced, one plane per power."""
+    out = np.empty((count, *q.shape))
+    out[0] = 1.0
+    if count > 1:
+        out[1] = q
+    scratch = np.empty(q.shape)
+    for j in range(2, count):
+        np.multiply(out[j - 1], q, out=out[j])
+        _reduce_(out[j], scratch)
+    return out
+
+
+def _powers_for(q: Float64Array, n: int) -> tuple[Float64Array, Float64Array]:
+    """Baby steps q^s [S, batch, k] and giant steps (q^S)^a [A, batch, k] for degree < n."""
+    steps, jumps = _split(n)
+    baby = _powers(q, steps)
+    return baby, _powers(_reduce_(baby[-1] * q), jumps)
+
+
+def _evaluate_powers(coeffs: Float64Array, baby: Float64Array, giant: Float64Array) -> Float64Array:
+    """sum_e coeffs[b, e] q^e for every point, from `_powers_for` (lazy result in [0, p])."""
+    steps, batch, _ = baby.shape
+    padded = np.zeros((batch, giant.shape[0] * steps))
+    padded[:, : coeffs.shape[1]] = coeffs
+    partial = _reduce_(padded.reshape(batch, -1, steps) @ baby.transpose(1, 0, 2))  # [batch, A, k]
+    partial *= giant.transpose(1, 0, 2)
+    return _reduce_(partial.sum(axis=1))
+
+
+def _master_lower(x: Float64Array) -> Float64Array:
+    """[batch, n]: M_0 .. M_{n-1} of the monic M(X) = prod_i (X - x_i), by a product tree.
+
+    Leaves are padded to a power of two with x = 0, which multiplies M by X^pad: its lower
+    coefficients are then the top n of the padded product. Each level multiplies the first half
+    of the monic factors by the second half, storing lower coefficients only:
+    (X^L + a)(X^L + b) = X^2L + X^L (a + b) + a b.
+    """
+    batch, n = x.shape
+    size = 1 << (n - 1).bit_length()
+    polys = np.zeros((1, batch, size))  # [coefficient, batch, factor]: long contiguous rows
+    np.subtract(_P, x, out=polys[0, :, :n])
+    degree = 1
+    while size > 1 and degree < _DIRECT_DEGREE:
+        size //= 2
+        a, b = polys[:, :, :size], polys[:, :, size:]
+        product = np.zeros((2 * degree, batch, size))
+        term = np.empty((degree, batch, size))
+        for i in range(degree):
+            np.multiply(a[i], b, out=term)
+            product[i : i + degree] += term
+        product[degree:] += a
+        product[degree:] += b
+        polys, degree = _reduce_(product), 2 * degree
+    factors = np.ascontiguousarray(polys.transpose(1, 2, 0))  # [batch, factor, coefficient]
+    while size > 1:
+        size //= 2
+        a, b = factors[:, :size], factors[:, size:]
+        spectrum = np.fft.rfft(a, 2 * degree)
+        spectrum *= np.fft.rfft(b, 2 * degree)
+        product = _round_exact(np.fft.irfft(spectrum, 2 * degree))
+        product[..., degree:] += a
+        product[..., degree:] += b
+        factors, degree = _reduce_(product), 2 * degree
+    return factors[:, 0, degree - n :]

@@ -21,15 +21,13 @@ from typing import Final, Literal
 import numpy as np
 import torch
 
-from proofpool.toploc.field import evaluate
+from proofpool.toploc.field import Int64Array, evaluate
 from proofpool.toploc.proof import (
     DEFAULT_CHUNK_SIZE,
     DEFAULT_TOPK,
-    ChunkEntries,
-    Proof,
-    ProofFormatError,
-    chunk_entries,
-    decode_proof,
+    chunk_count,
+    chunk_groups,
+    decode_proofs,
     split_proofs,
     to_bf16,
 )
@@ -84,38 +82,56 @@ def _failed(error: ProofError, n_entries: int) -> ChunkCheck:
     return ChunkCheck(exp_mismatches=n_entries, mant_err_mean=NO_MATCH, mant_err_median=NO_MATCH, error=error)
 
 
+def verify_proofs_batch(
+    activations: Sequence[torch.Tensor],
+    proofs: Sequence[object],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    topk: int = DEFAULT_TOPK,
+) -> list[list[ChunkCheck]]:
+    """Per sample, one `ChunkCheck` per chunk of the verifier's activations [tokens_i, hidden] (plus
+    one per surplus proof), comparing them with that sample's claimed `proofs` (a list of proof
+    bytes); all chunks of all samples are checked in one vectorized pass.
+
+    Each `proofs[i]` comes from an untrusted file, so any value is accepted and judged; the
+    activations are the verifier's own, so a malformed tensor raises `ToplocError` (a verifier bug),
+    and so does a `proofs` sequence whose length differs from `activations` (ValueError).
+    """
+    if len(activations) != len(proofs):
+        raise ValueError(f"{len(activations)} samples of activations but {len(proofs)} of proofs")
+    claims: list[Sequence[object] | ProofError] = [
+        p if isinstance(p, list | tuple) else "proofs_not_a_list" for p in proofs
+    ]
+    return _verify([to_bf16(a) for a in activations], claims, chunk_size, topk)
+
+
 def verify_proofs(
     activations: torch.Tensor,
     proofs: object,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     topk: int = DEFAULT_TOPK,
 ) -> list[ChunkCheck]:
-    """One `ChunkCheck` per chunk of the verifier's activations [tokens, hidden] (plus one per
-    surplus proof), comparing them with the worker's `proofs` (a list of proof bytes).
+    """`verify_proofs_batch` for one sample: activations [tokens, hidden] and its list of proofs."""
+    return verify_proofs_batch([activations], [proofs], chunk_size, topk)[0]
 
-    `proofs` comes from an untrusted file, so any value is accepted and judged; `activations`
-    are the verifier's own, so a malformed tensor raises `ToplocError` (a verifier bug).
-    """
-    acts = to_bf16(activations)
-    entries = chunk_entries(acts, chunk_size, topk)
-    if not isinstance(proofs, list | tuple):
-        return [_failed("proofs_not_a_list", e.indices.size) for e in entries] or [_failed("proofs_not_a_list", topk)]
-    checks: list[ChunkCheck | None] = [None] * max(len(entries), len(proofs))
-    usable: list[tuple[int, ChunkEntries, Proof]] = []
-    for i in range(len(checks)):
-        if i >= len(entries):
-            checks[i] = _failed("proof_extra", topk)
-        elif i >= len(proofs):
-            checks[i] = _failed("proof_missing", entries[i].indices.size)
-        else:
-            try:
-                usable.append((i, entries[i], decode_proof(proofs[i], entries[i].indices.size)))
-            except ProofFormatError as exc:
-                checks[i] = _failed(exc.reason, entries[i].indices.size)
-    for group in _same_size_groups(usable):
-        for (i, _, _), check in zip(group, _compare(group), strict=True):
-            checks[i] = check
-    return [c for c in checks if c is not None]
+
+def verify_proof_blobs_batch(
+    activations: Sequence[torch.Tensor],
+    blobs: Sequence[object],
+    chunk_size: int = DEFAULT_CHUNK_SIZE,
+    topk: int = DEFAULT_TOPK,
+) -> list[list[ChunkCheck]]:
+    """`verify_proofs_batch` for rollout rows' concatenated `proofs` columns (a non-bytes value fails
+    every chunk of its sample with `proof_not_bytes`)."""
+    if len(activations) != len(blobs):
+        raise ValueError(f"{len(activations)} samples of activations but {len(blobs)} proof blobs")
+    acts = [to_bf16(a) for a in activations]
+    claims: list[Sequence[object] | ProofError] = [
+        split_proofs(blob, a.shape[0], a.shape[1], chunk_size, topk)
+        if isinstance(blob, bytes | bytearray | memoryview)
+        else "proof_not_bytes"
+        for a, blob in zip(acts, blobs, strict=True)
+    ]
+    return _verify(acts, claims, chunk_size, topk)
 
 
 def verify_proof_blob(
@@ -124,52 +140,64 @@ def verify_proof_blob(
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     topk: int = DEFAULT_TOPK,
 ) -> list[ChunkCheck]:
-    """`verify_proofs` for a rollout row's concatenated `proofs` column (a non-bytes value fails
-    every chunk with `proof_not_bytes`)."""
-    acts = to_bf16(activations)
-    if not isinstance(blob, bytes | bytearray | memoryview):
-        entries = chunk_entries(acts, chunk_size, topk)
-        return [_failed("proof_not_bytes", e.indices.size) for e in entries] or [_failed("proof_not_bytes", topk)]
-    return verify_proofs(acts, split_proofs(blob, acts.shape[0], acts.shape[1], chunk_size, topk), chunk_size, topk)
+    """`verify_proof_blobs_batch` for one rollout row."""
+    return verify_proof_blobs_batch([activations], [blob], chunk_size, topk)[0]
 
 
-def _same_size_groups(
-    usable: list[tuple[int, ChunkEntries, Proof]],
-) -> list[list[tuple[int, ChunkEntries, Proof]]]:
-    """Usable chunks grouped by entry count, so each group evaluates as one batch."""
-    groups: dict[int, list[tuple[int, ChunkEntries, Proof]]] = {}
-    for item in usable:
-        groups.setdefault(item[1].indices.size, []).append(item)
-    return list(groups.values())
+def _verify(
+    acts: list[torch.Tensor], claims: list[Sequence[object] | ProofError], chunk_size: int, topk: int
+) -> list[list[ChunkCheck]]:
+    """Checks for bf16 activations against per-sample proofs, or an error that fails all of a sample's chunks."""
+    groups = chunk_groups(acts, chunk_size, topk)
+    points = [[0] * chunk_count(a.shape[0], chunk_size) for a in acts]  # entries per chunk
+    for group in groups:
+        for sample, chunk in group.owners:
+            points[sample][chunk] = group.indices.shape[1]
+    checks: list[list[ChunkCheck | None]] = []
+    for sample, claim in enumerate(claims):
+        if isinstance(claim, str):
+            checks.append([_failed(claim, k) for k in points[sample]] or [_failed(claim, topk)])
+            continue
+        row: list[ChunkCheck | None] = [None] * max(len(points[sample]), len(claim))
+        for chunk in range(len(points[sample]), len(claim)):
+            row[chunk] = _failed("proof_extra", topk)
+        for chunk in range(len(claim), len(points[sample])):
+            row[chunk] = _failed("proof_missing", points[sample][chunk])
+        checks.append(row)
+    for group in groups:
+        k = group.indices.shape[1]
+        rows = [r for r, (s, c) in enumerate(group.owners) if not isinstance(claims[s], str) and c < len(claims[s])]
+        decoded = decode_proofs([claims[s][c] for s, c in (group.owners[r] for r in rows)], k)
+        for position, (reason, _) in decoded.errors.items():
+            sample, chunk = group.owners[rows[position]]
+            checks[sample][chunk] = _failed(reason, k)
+        usable = np.asarray(rows, dtype=np.int64)[decoded.usable]
+        compared = _compare(group.indices[usable], group.bits[usable], decoded.moduli, decoded.coeffs)
+        for r, check in zip(usable.tolist(), compared, strict=True):
+            sample, chunk = group.owners[r]
+            checks[sample][chunk] = check
+    return [[c for c in row if c is not None] for row in checks]
 
 
-def _compare(group: list[tuple[int, ChunkEntries, Proof]]) -> list[ChunkCheck]:
-    """Evaluate a batch of proofs at the verifier's indices and compare the bits."""
-    moduli = np.array([proof.modulus for _, _, proof in group], dtype=np.int64)
-    coeffs = np.array([proof.coeffs for _, _, proof in group], dtype=np.int64)  # [B, k]
-    indices = np.stack([e.indices for _, e, _ in group])  # [B, k]
+def _compare(indices: Int64Array, bits: Int64Array, moduli: Int64Array, coeffs: Int64Array) -> list[ChunkCheck]:
+    """Evaluate a batch of proofs [u, k] at the verifier's indices [u, k] and compare the bits [u, k]."""
+    if not len(indices):
+        return []
     claimed = evaluate(coeffs, indices % moduli[:, None])  # the fix: reduce by the proof's modulus
-    own = np.stack([e.bits for _, e, _ in group])
-    exp_match = (claimed & _EXP_MASK) == (own & _EXP_MASK)
-    mant_err = np.abs((claimed & _MANT_MASK) - (own & _MANT_MASK))
+    exp_match = (claimed & _EXP_MASK) == (bits & _EXP_MASK)
+    mant_err = np.abs((claimed & _MANT_MASK) - (bits & _MANT_MASK))
     matches = exp_match.sum(axis=1)
     # Mismatched entries sort after every real error (< 128), leaving the matches in front.
     ordered = np.sort(np.where(exp_match, mant_err, np.iinfo(np.int64).max), axis=1)
     sums = np.where(exp_match, mant_err, 0).sum(axis=1)
-    checks = []
-    for b in range(len(group)):
-        n = int(matches[b])
-        if n == 0:
-            checks.append(ChunkCheck(exp_mismatches=indices.shape[1], mant_err_mean=NO_MATCH, mant_err_median=NO_MATCH))
-            continue
-        checks.append(
-            ChunkCheck(
-                exp_mismatches=indices.shape[1] - n,
-                mant_err_mean=float(sums[b]) / n,
-                mant_err_median=float(ordered[b, n // 2]),
-            )
-        )
-    return checks
+    medians = ordered[np.arange(len(ordered)), matches // 2]
+    k = indices.shape[1]
+    return [
+        ChunkCheck(exp_mismatches=k - n, mant_err_mean=float(total) / n, mant_err_median=float(median))
+        if n
+        else ChunkCheck(exp_mismatches=k, mant_err_mean=NO_MATCH, mant_err_median=NO_MATCH)
+        for n, total, median in zip(matches.tolist(), sums.tolist(), medians.tolist(), strict=True)
+    ]
 
 
 def toploc_verdict(

@@ -128,6 +128,18 @@ def nan_in_specs(api: ApiHarness, node: LocalAccount) -> Response:
     return api.signed(node, "PUT", "/v1/nodes", body)
 
 
+def nul_in_specs(api: ApiHarness, node: LocalAccount) -> Response:
+    return api.signed(node, "PUT", "/v1/nodes", {"provider": node.address, "specs": {"os": "linux\u0000"}})
+
+
+def nul_in_spec_key(api: ApiHarness, node: LocalAccount) -> Response:
+    return api.signed(node, "PUT", "/v1/nodes", {"provider": node.address, "specs": {"a\u0000": 1}})
+
+
+def nul_in_endpoint(api: ApiHarness, node: LocalAccount) -> Response:
+    return api.signed(node, "PUT", "/v1/nodes", {"provider": node.address, "endpoint": "http://a\u0000b"})
+
+
 def huge_body(api: ApiHarness, node: LocalAccount) -> Response:
     body = json.dumps({"pool_id": 1, "pad": "x" * (api.settings.request_max_bytes + 1)}).encode()
     return api.signed(node, "POST", HEARTBEAT, body)
@@ -172,6 +184,9 @@ CASES: list[tuple[Callable[[ApiHarness, LocalAccount], Response], int, str]] = [
     (unknown_field, 422, "invalid_request"),
     (out_of_range_pool, 422, "invalid_request"),
     (nan_in_specs, 422, "invalid_request"),
+    (nul_in_specs, 422, "invalid_request"),
+    (nul_in_spec_key, 422, "invalid_request"),
+    (nul_in_endpoint, 422, "invalid_request"),
     (huge_body, 413, "body_too_large"),
     (huge_declared_length, 413, "body_too_large"),
     (bad_path_address, 422, "invalid_request"),

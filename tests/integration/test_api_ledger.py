@@ -77,6 +77,8 @@ def _submission_filters(data) -> list[dict[str, Any]]:
         {"since": since},
         {"until": until},
         {"since": since, "until": until, "pool_id": 3},
+        {"since": since, "until": until, "status": "finalized"},
+        {"since": since, "node": first["node"]},
         {"node": first["node"], "pool_id": first["pool_id"], "status": first["status"]},
     ]
 

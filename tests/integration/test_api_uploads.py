@@ -16,10 +16,15 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
+import schemathesis
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from fastapi.testclient import TestClient
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from redis import Redis
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error, response_schema_conformance
 
 from proofpool import db
 from proofpool.auth.signed_request import sign_request
@@ -315,3 +320,41 @@ def test_replayed_request_is_401(uploads: Uploads, node: LocalAccount) -> None:
     headers = {**sign_request(node, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
     assert uploads.client.post("/v1/uploads", content=raw, headers=headers).status_code == 200
     _assert_refused(uploads.client.post("/v1/uploads", content=raw, headers=headers), 401, "replayed_nonce")
+
+
+# --- fuzzing --------------------------------------------------------------------------------
+
+
+def _upload_operation(client: TestClient):
+    schema = schemathesis.openapi.from_dict(client.app.openapi())
+    ops = [result.ok() for result in schema.get_all_operations()]
+    return next(op for op in ops if op.definition.raw.get("operationId") == "uploads-create_upload")
+
+
+@pytest.mark.parametrize("mode", list(GenerationMode), ids=lambda mode: mode.value)
+def test_fuzzed_bodies_never_get_a_server_error(uploads: Uploads, node: LocalAccount, mode: GenerationMode) -> None:
+    """Schemathesis bodies, signed by an active member, some steered to its pool: 2xx or 4xx only."""
+    uploads.add_member(POOL, node.address)
+    operation = _upload_operation(uploads.client)
+    redis = Redis.from_url(uploads.client.app.state.settings.redis_url)
+
+    @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def fuzz(data: st.DataObject) -> None:
+        case = data.draw(operation.as_strategy(generation_mode=mode))
+        if isinstance(case.body, dict) and data.draw(st.booleans(), label="steer"):
+            case.body["pool_id"] = POOL
+        redis.delete(f"ratelimit:uploads:{node.address}")  # reach the handler, not the limiter
+        kwargs = case.as_transport_kwargs(base_url="http://testserver")
+        raw = json.dumps(kwargs["json"]).encode() if "json" in kwargs else (kwargs.get("data") or b"")
+        raw = raw.encode() if isinstance(raw, str) else raw
+        response = uploads.request(node, raw)
+        ok = 200 <= response.status_code < 300
+        assert response.status_code < 500, response.text
+        assert ok or response.json()["error"], response.text
+        case.validate_response(response, checks=[not_a_server_error, *([response_schema_conformance] if ok else [])])
+
+    try:
+        fuzz()
+    finally:
+        redis.close()

@@ -325,6 +325,7 @@ def test_presign_refuses_ttl_outside_sigv4_limits(object_store: ObjectStore, ttl
 # --- the CLI --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_cli_up_ls_down_round_trip(tmp_path: Path) -> None:
     """`storage up --detach`, `ls`, `down` as an operator runs them (three CLI processes)."""
     port = SeaweedPorts.free().s3

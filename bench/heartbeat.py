@@ -1,0 +1,319 @@
+"""Signed heartbeats per second and their latency, 1,000 simulated nodes on loopback.
+
+A fresh database `proofpool_bench_heartbeat_<random>` is filled with 1,000 registered,
+announced nodes that are active members of one pool with a checkpoint, so every heartbeat
+takes the full path: signature check, nonce in Redis, liveness ZADD, one SQL round trip,
+assignment derivation. `proofpool backend serve --workers N` runs as a real process.
+
+The client must not be the bottleneck on a 2-core machine, so every request is signed
+beforehand (in worker processes) and serialized to raw HTTP/1.1 bytes; the load is driven by
+a minimal asyncio client over keep-alive connections. Two phases:
+- closed loop: C connections send back to back (throughput ceiling, and its latency);
+- open loop: a fixed 1,000 heartbeats/s schedule; latency counts from the scheduled send time,
+  so a stalled server cannot hide queueing (no coordinated omission).
+
+Target: >= 1,000 heartbeats/s and p99 <= 100 ms. Prints JSON lines, writes
+`bench/results/heartbeat.jsonl`. Run: `.venv/bin/python bench/heartbeat.py [--workers 2]`.
+Needs PostgreSQL and Redis (uses Redis db 12, which it flushes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from collections import Counter
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+from eth_account import Account
+from redis import Redis
+
+from proofpool import db
+from proofpool.auth.signed_request import sign_request
+from proofpool.config import get_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "bench" / "results" / "heartbeat.jsonl"
+TARGET_RPS = 1_000
+TARGET_P99_MS = 100.0
+MANAGER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+
+
+def node_key(i: int) -> bytes:
+    """Deterministic, distinct node keys (bench only)."""
+    return hashlib.sha256(f"proofpool-bench-node-{i}".encode()).digest()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def seed_database(url: str, nodes: list[str]) -> None:
+    """1,000 nodes as the indexer and the announce route would have written them."""
+    provider = Account.from_key(hashlib.sha256(b"proofpool-bench-provider").digest()).address
+    tx = b"\x01" * 32
+    with psycopg.connect(url, autocommit=True) as conn, conn.cursor() as cur:
+        cur.execute(
+            "INSERT INTO pools VALUES (1, %s, %s, %s, 'active', 'devnet://bench', 1, 1, 1, 3600, 5000, 10, 1, %s)",
+            (MANAGER, MANAGER, MANAGER, tx),
+        )
+        cur.execute(
+            "INSERT INTO checkpoints VALUES (1, 1, %s, 's3://bench/ckpt/1', 1, %s, 0)",
+            (hashlib.sha256(b"manifest").digest(), tx),
+        )
+        cur.executemany(
+            "INSERT INTO nodes (address, provider, compute_units, specs_hash, attested, active, block_number, tx_hash)"
+            " VALUES (%s, %s, 4, %s, false, true, 1, %s)",
+            [(n, provider, b"\x00" * 32, tx) for n in nodes],
+        )
+        cur.executemany(
+            "INSERT INTO node_announcements (address, provider, specs) VALUES (%s, %s, '{\"cores\": 2}')",
+            [(n, provider) for n in nodes],
+        )
+        cur.executemany(
+            "INSERT INTO memberships (pool_id, node, provider, state, blacklisted, block_number, tx_hash)"
+            " VALUES (1, %s, %s, 'active', false, 1, %s)",
+            [(n, provider, tx) for n in nodes],
+        )
+        cur.execute("ANALYZE")
+
+
+def _sign_chunk(args: tuple[list[bytes], int, str]) -> list[bytes]:
+    """Raw HTTP requests for a chunk of node keys (runs in a worker process)."""
+    keys, port, path = args
+    out = []
+    for key in keys:
+        headers = sign_request(Account.from_key(key), "POST", path, b"{}")
+        lines = [
+            f"POST {path} HTTP/1.1",
+            f"Host: 127.0.0.1:{port}",
+            "Content-Type: application/json",
+            "Content-Length: 2",
+            *(f"{k}: {v}" for k, v in headers.items()),
+        ]
+        out.append(("\r\n".join(lines) + "\r\n\r\n{}").encode())
+    return out
+
+
+def presign(keys: list[bytes], rounds: int, port: int, procs: int) -> list[bytes]:
+    """`rounds` heartbeats per node, interleaved node by node, each with its own nonce."""
+    order = [keys[i % len(keys)] for i in range(rounds * len(keys))]
+    size = max(1, len(order) // (procs * 8))
+    chunks = [(order[i : i + size], port, "/v1/heartbeat") for i in range(0, len(order), size)]
+    with ProcessPoolExecutor(procs) as pool:
+        return [request for chunk in pool.map(_sign_chunk, chunks) for request in chunk]
+
+
+async def read_response(reader: asyncio.StreamReader) -> int:
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head[9:12])
+    lower = head.lower()
+    start = lower.index(b"content-length:") + 15
+    length = int(lower[start : lower.index(b"\r\n", start)])
+    await reader.readexactly(length)
+    return status
+
+
+class Connection:
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    async def send(self, request: bytes) -> int:
+        self.writer.write(request)
+        return await read_response(self.reader)
+
+
+async def connect_all(port: int, count: int) -> list[Connection]:
+    return [Connection(*await asyncio.open_connection("127.0.0.1", port)) for _ in range(count)]
+
+
+def summarize(phase: str, latencies: list[float], statuses: Counter, elapsed: float, **extra: Any) -> dict:
+    ordered = sorted(latencies)
+
+    def pct(p: float) -> float:
+        return round(ordered[min(len(ordered) - 1, int(p * len(ordered)))] * 1000, 2)
+
+    return {
+        "bench": "heartbeat",
+        "phase": phase,
+        "requests": len(latencies),
+        "seconds": round(elapsed, 3),
+        "heartbeats_per_s": round(len(latencies) / elapsed, 1),
+        "p50_ms": pct(0.50),
+        "p90_ms": pct(0.90),
+        "p99_ms": pct(0.99),
+        "max_ms": round(ordered[-1] * 1000, 2),
+        "mean_ms": round(statistics.fmean(ordered) * 1000, 2),
+        "statuses": {str(k): v for k, v in sorted(statuses.items())},
+        **extra,
+    }
+
+
+async def closed_loop(port: int, requests: list[bytes], concurrency: int) -> dict:
+    conns = await connect_all(port, concurrency)
+    latencies: list[float] = []
+    statuses: Counter = Counter()
+    feed = iter(requests)
+
+    async def drive(conn: Connection) -> None:
+        for request in feed:
+            t0 = time.perf_counter()
+            statuses[await conn.send(request)] += 1
+            latencies.append(time.perf_counter() - t0)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(drive(c) for c in conns))
+    elapsed = time.perf_counter() - start
+    for c in conns:
+        c.writer.close()
+    return summarize("closed_loop", latencies, statuses, elapsed, concurrency=concurrency)
+
+
+async def open_loop(port: int, requests: list[bytes], rate: float, connections: int) -> dict:
+    idle: asyncio.Queue[Connection] = asyncio.Queue()
+    for conn in await connect_all(port, connections):
+        idle.put_nowait(conn)
+    latencies: list[float] = []
+    statuses: Counter = Counter()
+
+    async def one(request: bytes, scheduled: float) -> None:
+        conn = await idle.get()
+        try:
+            statuses[await conn.send(request)] += 1
+        finally:
+            idle.put_nowait(conn)
+        latencies.append(time.perf_counter() - scheduled)
+
+    start = time.perf_counter()
+    tasks = []
+    for i, request in enumerate(requests):
+        scheduled = start + i / rate
+        delay = scheduled - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(request, scheduled)))
+    await asyncio.gather(*tasks)
+    elapsed = time.perf_counter() - start
+    while not idle.empty():
+        idle.get_nowait().writer.close()
+    return summarize("open_loop", latencies, statuses, elapsed, offered_per_s=rate, connections=connections)
+
+
+def start_server(port: int, workers: int, env: dict[str, str], log: Path) -> subprocess.Popen:
+    cmd = [
+        str(ROOT / ".venv" / "bin" / "proofpool"),
+        "backend",
+        "serve",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"backend exited with {proc.returncode}; see {log}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                time.sleep(1.0 if workers > 1 else 0)  # let every worker finish its lifespan
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"backend did not answer /healthz within 60 s; see {log}")
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    os.killpg(proc.pid, signal.SIGINT)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1_000, help="Simulated nodes.")
+    parser.add_argument("--rounds", type=int, default=12, help="Closed-loop heartbeats per node.")
+    parser.add_argument("--concurrency", type=int, default=32, help="Closed-loop connections.")
+    parser.add_argument("--rate", type=float, default=TARGET_RPS, help="Open-loop heartbeats per second.")
+    parser.add_argument("--open-seconds", type=float, default=10.0, help="Open-loop duration.")
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes.")
+    parser.add_argument("--redis-db", type=int, default=12, help="Redis db to use (flushed).")
+    args = parser.parse_args()
+
+    settings = get_settings()
+    url = settings.database_url.split("?", 1)[0].rsplit("/", 1)[0] + f"/proofpool_bench_heartbeat_{uuid.uuid4().hex[:8]}"
+    redis_url = settings.redis_url.rsplit("/", 1)[0] + f"/{args.redis_db}"
+    keys = [node_key(i) for i in range(args.nodes)]
+    nodes = [Account.from_key(k).address for k in keys]
+    port = free_port()
+    db.ensure_database(url)
+    proc = None
+    try:
+        db.upgrade(url)
+        seed_database(url, nodes)
+        Redis.from_url(redis_url).flushdb()
+        env = {
+            **os.environ,
+            "DATABASE_URL": url,
+            "REDIS_URL": redis_url,
+            "PROOFPOOL_DB_POOL_MAX": "8",
+            "PROOFPOOL_DB_POOL_MIN": "4",
+        }
+        log = ROOT / ".devnet" / "bench-heartbeat-backend.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        proc = start_server(port, args.workers, env, log)
+
+        from eth_keys.backends import get_backend
+
+        common = {
+            "nodes": args.nodes,
+            "workers": args.workers,
+            "cores": os.cpu_count(),
+            "ecdsa_backend": type(get_backend()).__name__,
+        }
+        rows = []
+        t0 = time.perf_counter()
+        closed = presign(keys, args.rounds, port, procs=os.cpu_count() or 2)
+        opened = presign(keys, max(1, int(args.rate * args.open_seconds) // args.nodes), port, procs=os.cpu_count() or 2)
+        presign_s = round(time.perf_counter() - t0, 1)
+
+        # warm-up: every worker's pool, prepared plans, JIT-free but caches warm
+        asyncio.run(closed_loop(port, presign(keys[:200], 1, port, 1), 8))
+        rows.append({**asyncio.run(closed_loop(port, closed, args.concurrency)), **common, "presign_s": presign_s})
+        rows.append({**asyncio.run(open_loop(port, opened, args.rate, connections=64)), **common})
+        for row in rows:
+            row["target_met"] = row["heartbeats_per_s"] >= TARGET_RPS * 0.98 and row["p99_ms"] <= TARGET_P99_MS
+            print(json.dumps(row))
+        RESULTS.parent.mkdir(parents=True, exist_ok=True)
+        RESULTS.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    finally:
+        if proc is not None:
+            stop_server(proc)
+        db.drop_database(url)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
