@@ -129,13 +129,26 @@ async def read_response(reader: asyncio.StreamReader) -> int:
     return status
 
 
+REQUEST_TIMEOUT = 10.0
+"""Seconds before one request counts as failed (status 0); the connection is then dropped."""
+
+
 class Connection:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
+        self.broken = False
 
     async def send(self, request: bytes) -> int:
+        """Status of one request; 0 for a timeout or a broken connection (which stops being used)."""
+        if self.broken:
+            return 0
         self.writer.write(request)
-        return await read_response(self.reader)
+        try:
+            return await asyncio.wait_for(read_response(self.reader), REQUEST_TIMEOUT)
+        except (TimeoutError, asyncio.IncompleteReadError, ConnectionError, ValueError):
+            self.broken = True
+            self.writer.close()
+            return 0
 
 
 async def connect_all(port: int, count: int) -> list[Connection]:
@@ -264,7 +277,9 @@ def main() -> None:
     args = parser.parse_args()
 
     settings = get_settings()
-    url = settings.database_url.split("?", 1)[0].rsplit("/", 1)[0] + f"/proofpool_bench_heartbeat_{uuid.uuid4().hex[:8]}"
+    url = (
+        settings.database_url.split("?", 1)[0].rsplit("/", 1)[0] + f"/proofpool_bench_heartbeat_{uuid.uuid4().hex[:8]}"
+    )
     redis_url = settings.redis_url.rsplit("/", 1)[0] + f"/{args.redis_db}"
     keys = [node_key(i) for i in range(args.nodes)]
     nodes = [Account.from_key(k).address for k in keys]
@@ -293,11 +308,14 @@ def main() -> None:
             "workers": args.workers,
             "cores": os.cpu_count(),
             "ecdsa_backend": type(get_backend()).__name__,
+            "loadavg_1m_before": round(os.getloadavg()[0], 2),
         }
         rows = []
         t0 = time.perf_counter()
         closed = presign(keys, args.rounds, port, procs=os.cpu_count() or 2)
-        opened = presign(keys, max(1, int(args.rate * args.open_seconds) // args.nodes), port, procs=os.cpu_count() or 2)
+        opened = presign(
+            keys, max(1, int(args.rate * args.open_seconds) // args.nodes), port, procs=os.cpu_count() or 2
+        )
         presign_s = round(time.perf_counter() - t0, 1)
 
         # warm-up: every worker's pool, prepared plans, JIT-free but caches warm

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit, urlunsplit
 
 import psycopg
@@ -17,6 +18,9 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from proofpool.config import REPO_ROOT
 from proofpool.errors import ConfigError, ProofpoolError, ServiceUnavailable
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +102,9 @@ def drop_database(url: str) -> None:
         conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def alembic_config(url: str):  # -> alembic.config.Config (imported lazily: alembic pulls in SQLAlchemy)
-    """An Alembic config for `url`, with our `migrations/` scripts and no logging takeover."""
+def alembic_config(url: str) -> Config:
+    """An Alembic config for `url`, with our `migrations/` scripts and no logging takeover.
+    (Alembic is imported lazily: it pulls in SQLAlchemy, which only migrations need.)"""
     from alembic.config import Config
 
     config = Config(str(ALEMBIC_INI))
@@ -114,7 +119,9 @@ def connection_error(url: str, exc: psycopg.OperationalError) -> ProofpoolError:
     """The error to raise for a failed connection: a missing database is not a down server."""
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
     if "does not exist" in first_line:
-        return ConfigError(f"database {redact(url)} does not exist: run `proofpool db upgrade` to create and migrate it")
+        return ConfigError(
+            f"database {redact(url)} does not exist: run `proofpool db upgrade` to create and migrate it"
+        )
     return ServiceUnavailable(f"PostgreSQL is not reachable at {redact(url)} ({first_line}); {START_HINT}")
 
 

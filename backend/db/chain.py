@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from psycopg import Connection
 
@@ -154,8 +155,6 @@ def delete_from(conn: Connection, block: int) -> int:
 
 def stream_events(conn: Connection, chunk: int = 5000) -> Iterator[list[IndexedEvent]]:
     """Every stored event in chain order, `chunk` at a time, from a server-side cursor."""
-    from datetime import UTC, datetime
-
     with conn.cursor(name="proofpool_rebuild_events") as cur:
         cur.itersize = chunk
         cur.execute(SELECT_EVENTS)

@@ -159,7 +159,7 @@ class VerdictRow:
     validator: str
     """Validator that gave the verdict."""
     reason: str | None
-    """Reason code of an invalid verdict (e.g. proof_mismatch); null when accepted."""
+    """Reason code of an invalid verdict (e.g. sampling_mismatch); null when accepted."""
     block_number: int
     """Block of the verdict's log."""
     tx_hash: str
@@ -362,7 +362,7 @@ SUBMISSIONS: Listing[SubmissionRow] = Listing(
     row=SubmissionRow,
     table="submissions",
     sorted_by=frozenset({"since"}),
-    seeks=frozenset({"pool_id", "provider", "node"}),
+    seeks=frozenset({"provider", "node"}),
 )
 
 VERDICT_COLUMNS = f"""pool_id, {_hex("work_key")}, verdict, validator, reason, block_number,
@@ -492,11 +492,11 @@ def page_sql(listing: Listing[Any], filter_names: frozenset[str], resume: bool) 
     Usually: `WHERE filters AND key > cursor ORDER BY key LIMIT n`, which walks an index in key
     order. A submission's position moves when its status changes, so submission time and position
     correlate without matching; the planner cannot know that, and for `since` it would walk the
-    position index from the cursor, filtering, through every row older than the window. Unless an
-    indexed equality filter (pool, provider, node) bounds that walk, a `since` page instead takes
-    the keys of the window's rows from the covering time index, sorts only those (`+ 0` keeps
-    the planner off the position index), and then fetches the page's rows by key: its cost grows
-    with the window, not with the table.
+    position index from the cursor, filtering, through every row older than the window. Unless a
+    provider or node filter bounds that walk (a few thousand rows at most), a `since` page instead
+    takes the keys of the window's rows from a covering time index (per pool when filtered by
+    pool), sorts only those (`+ 0` keeps the planner off the position indexes), then fetches the
+    page's rows by key: its cost grows with the rows in the window, not with the table.
     """
     predicates = [listing.filters[name] for name in sorted(filter_names)]
     key = ", ".join(listing.key)

@@ -359,6 +359,8 @@ async def is_announced(conn: AsyncConnection, node: str) -> bool:
 async def latest_block_time(conn: AsyncConnection) -> int | None:
     """Unix time of the newest block the indexer stored (the chain's clock as we know it)."""
     row = await (
-        await conn.execute("SELECT extract(epoch FROM timestamp)::bigint FROM chain_blocks ORDER BY number DESC LIMIT 1")
+        await conn.execute(
+            "SELECT extract(epoch FROM timestamp)::bigint FROM chain_blocks ORDER BY number DESC LIMIT 1"
+        )
     ).fetchone()
     return None if row is None else int(row[0])

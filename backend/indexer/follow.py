@@ -29,7 +29,7 @@ from backend.indexer.decode import FastDecoder
 from backend.indexer.outbox import Dispatcher, DispatchLoop, celery_sender, validation_tasks
 from backend.indexer.projections import apply_events
 from backend.indexer.reorg import conflict_in_range, find_fork, roll_back, tip_conflict
-from backend.indexer.source import ChainMoved, ChainSource, RangeBatch
+from backend.indexer.source import ChainMoved, ChainSource, RangeBatch, RangeRefused
 from proofpool.chain.deploy import AddressBook
 from proofpool.config import Settings
 from proofpool.db import redact
@@ -103,6 +103,7 @@ class Indexer:
         self.stats = IndexerStats()
         self._conn: psycopg.Connection | None = None
         self._from_block_pending = self.options.from_block
+        self._span = self.options.batch_blocks
 
     # --- connection ---------------------------------------------------------------------------
 
@@ -146,7 +147,7 @@ class Indexer:
         """Index until stopped (or, with `once`, until caught up with the chain and the outbox sent)."""
         stop = stop or threading.Event()
         delay = 0.2
-        dispatch = self._start_dispatch(stop)
+        dispatch = self._start_dispatch()
         try:
             while not stop.is_set():
                 if dispatch is not None and dispatch.error is not None:
@@ -170,32 +171,30 @@ class Indexer:
                     continue
                 except ChainMoved as exc:
                     log.info("chain moved while reading a range; reading it again", extra={"reason": str(exc)})
+                    stop.wait(min(delay, self.options.poll_interval))
                     continue
                 if not progressed:
                     if once:
                         break
                     stop.wait(self.options.poll_interval)
             if dispatch is not None and not stop.is_set():
-                dispatch.drain()
+                dispatch.drain(stop)
         except InterruptedError:
             pass
         finally:
             self.close()
             if dispatch is not None:
-                stop.set()
-                dispatch.join()
+                dispatch.halt()
                 self.stats.tasks_sent, self.stats.retries = dispatch.sent, self.stats.retries + dispatch.retries
         if dispatch is not None and dispatch.error is not None:
             raise dispatch.error
         log.info("indexer stopped", extra=self.stats.as_dict())
         return self.stats
 
-    def _start_dispatch(self, stop: threading.Event) -> DispatchLoop | None:
+    def _start_dispatch(self) -> DispatchLoop | None:
         if self.dispatcher is None:
             return None
-        loop = DispatchLoop(
-            self.dispatcher, self.database_url, stop, self.options.poll_interval, self.options.max_backoff
-        )
+        loop = DispatchLoop(self.dispatcher, self.database_url, self.options.poll_interval, self.options.max_backoff)
         loop.start()
         return loop
 
@@ -240,8 +239,16 @@ class Indexer:
                 return False
             self._reorg(conn, conflict)
             return True
-        end = min(start + self.options.batch_blocks - 1, safe)
-        batch = self.source.fetch_range(start, end)
+        end = min(start + self._span - 1, safe)
+        try:
+            batch = self.source.fetch_range(start, end)
+        except RangeRefused as exc:
+            if self._span == 1:
+                raise
+            self._span = max(1, self._span // 2)
+            log.warning("the node refused a log range; halving it", extra={"blocks": self._span, "error": str(exc)})
+            return True
+        self._span = min(self.options.batch_blocks, self._span * 2)
         conflict = conflict_in_range(conn, batch)
         if conflict is not None:
             self._reorg(conn, conflict)
@@ -269,6 +276,17 @@ class Indexer:
             tasks = validation_tasks(new)
             outbox_db.enqueue(conn, tasks)
             chain_db.set_cursor(conn, batch.end + 1)
+        for event in new:
+            if event.name == "WorkSubmitted":
+                log.debug(
+                    "submission indexed",
+                    extra={
+                        "pool": event.args["poolId"],
+                        "node": event.args["node"],
+                        "work_key": event.args["workKey"],
+                        "block": event.block_number,
+                    },
+                )
         self.stats.ranges += 1
         self.stats.blocks += batch.end - batch.start + 1
         self.stats.events += len(batch.events)

@@ -134,17 +134,12 @@ class DispatchLoop(threading.Thread):
     """
 
     def __init__(
-        self,
-        dispatcher: Dispatcher,
-        database_url: str,
-        stop: threading.Event,
-        poll_interval: float = 1.0,
-        max_backoff: float = 30.0,
+        self, dispatcher: Dispatcher, database_url: str, poll_interval: float = 1.0, max_backoff: float = 30.0
     ) -> None:
         super().__init__(name="outbox-dispatch", daemon=True)
         self.dispatcher = dispatcher
         self.database_url = database_url
-        self.stop = stop
+        self.stop = threading.Event()
         self.poll_interval = poll_interval
         self.max_backoff = max_backoff
         self.sent = 0
@@ -157,9 +152,16 @@ class DispatchLoop(threading.Thread):
         """New rows were committed."""
         self._wake.set()
 
-    def drain(self) -> None:
-        """Send what is pending, then end; returns when the thread has ended."""
+    def drain(self, stop: threading.Event) -> None:
+        """Send what is pending, then end; returns when the thread has ended or `stop` is set."""
         self._draining = True
+        self._wake.set()
+        while self.is_alive() and not stop.is_set():
+            self.join(0.1)
+
+    def halt(self) -> None:
+        """End after the batch in flight (unsent rows stay for the next run)."""
+        self.stop.set()
         self._wake.set()
         self.join()
 

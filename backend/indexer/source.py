@@ -25,6 +25,10 @@ class ChainMoved(Exception):
     """The chain changed while a range was read; read it again."""
 
 
+class RangeRefused(ServiceUnavailable):
+    """The node answered `eth_getLogs` with an error (often: too many results); try a smaller range."""
+
+
 @dataclass(frozen=True)
 class RangeBatch:
     """One block range as read from the chain: its events in order and the headers seen."""
@@ -90,7 +94,11 @@ class ChainSource:
         end_before = self.header(end)
         if end_before is None:
             raise ChainMoved(f"block {end} is gone")
-        logs = self._rpc("eth_getLogs", [{"fromBlock": hex(start), "toBlock": hex(end), "address": self.addresses}])
+        query = {"fromBlock": hex(start), "toBlock": hex(end), "address": self.addresses}
+        reply = self.w3.provider.make_request("eth_getLogs", [query])  # type: ignore[arg-type]
+        if "error" in reply:
+            raise RangeRefused(f"eth_getLogs {start}-{end} failed: {reply['error']}")
+        logs = reply["result"]
         decoded = [event for event in map(self.decoder.decode, logs) if event is not None]
         wanted = sorted({start, end, *(e.block_number for e in decoded)})
         headers = self.headers(wanted)

@@ -10,6 +10,8 @@ Revises: 0002
   window's keys (and status filter) read from the index alone, so a `since` page sorts only the
   window's keys (see `backend.db.ledger.page_sql`). It covers every query of 0001's
   `submissions_submitted_at`, which could be dropped.
+- `submissions_pool_time_position (pool_id, submitted_at) INCLUDE (block_number, log_index, status)`:
+  the same for a time window within one pool ("pool P last week").
 """
 
 from __future__ import annotations
@@ -22,17 +24,21 @@ branch_labels = None
 depends_on = None
 
 
+COVERING = "INCLUDE (block_number, log_index, status)"
+INDEXES = {
+    "submissions_pool_status_position": "ON submissions (pool_id, status, block_number, log_index)",
+    "submissions_time_position": f"ON submissions (submitted_at) {COVERING}",
+    "submissions_pool_time_position": f"ON submissions (pool_id, submitted_at) {COVERING}",
+}
+
+
 def upgrade() -> None:
     """Create the ledger's submission indexes."""
-    op.execute(
-        "CREATE INDEX submissions_pool_status_position ON submissions (pool_id, status, block_number, log_index)"
-    )
-    op.execute(
-        "CREATE INDEX submissions_time_position ON submissions (submitted_at) INCLUDE (block_number, log_index, status)"
-    )
+    for name, definition in INDEXES.items():
+        op.execute(f"CREATE INDEX {name} {definition}")
 
 
 def downgrade() -> None:
     """Drop them (0001's indexes still serve every page, slower)."""
-    op.execute("DROP INDEX submissions_time_position")
-    op.execute("DROP INDEX submissions_pool_status_position")
+    for name in reversed(INDEXES):
+        op.execute(f"DROP INDEX {name}")

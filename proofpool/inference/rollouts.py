@@ -2,9 +2,11 @@
 
 The worker's engine yields, per sample, the completion tokens and the hidden states that
 produced them; this module adds what a rollout row needs with the shared functions validators
-recompute (`build_proofs`, the task's `reward`, `group_advantages`), so worker and validator
-cannot drift. Rows keep the generation order: a sample's row index is the sample index its
-tokens were sampled with, which is what the sampling check assumes.
+recompute (`build_proofs_batch`, the task's `reward`, `group_advantages`), so worker and validator
+cannot drift. The proofs of all rows are built in one batched pass, so a generation call pays
+the proof's fixed costs once, not once per sample. Rows keep the generation order: a sample's
+row index is the sample index its tokens were sampled with, which is what the sampling check
+assumes.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import torch
 from proofpool.rl.advantages import group_advantages
 from proofpool.rollout import RolloutSample
 from proofpool.tasks.arithmetic import reward
-from proofpool.toploc import build_proofs, join_proofs
+from proofpool.toploc import build_proofs_batch, join_proofs
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,7 @@ def to_rollout_samples(
     """Rollout rows for `completed`, in order (row i must have been sampled with sample index i)."""
     rewards = [reward(c.problem_id, c.completion_tokens) for c in completed]
     advantages = group_advantages(rewards, [c.group_id for c in completed])
+    proofs = build_proofs_batch([c.hidden_states for c in completed])
     return [
         RolloutSample(
             problem_id=c.problem_id,
@@ -53,7 +56,7 @@ def to_rollout_samples(
             sampling_seed=sampling_seed,
             temperature=temperature,
             model_version=model_version,
-            proofs=join_proofs(build_proofs(c.hidden_states)),
+            proofs=join_proofs(p),
         )
-        for c, r, a in zip(completed, rewards, advantages, strict=True)
+        for c, r, a, p in zip(completed, rewards, advantages, proofs, strict=True)
     ]

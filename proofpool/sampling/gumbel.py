@@ -71,10 +71,10 @@ def _stream_keys(seeds: Sequence[int], sample_indices: Sequence[int]) -> U64Arra
     """uint64 [streams]: step(step(seed) ^ sample_index), the key of each (seed, sample) stream."""
     for seed, index in zip(seeds, sample_indices, strict=True):
         _check_stream(seed, index)
-    keys = np.array(seeds, dtype=np.uint64).reshape(-1)
+    keys = np.array(seeds, dtype=np.uint64)
     scratch = np.empty_like(keys)
     _step_(keys, scratch)
-    keys ^= np.array(sample_indices, dtype=np.uint64).reshape(-1)
+    keys ^= np.array(sample_indices, dtype=np.uint64)
     return _step_(keys, scratch)
 
 
@@ -96,9 +96,8 @@ def _row_keys(stream_keys: U64Array, positions: npt.NDArray[np.int64]) -> U64Arr
 
 def _sample_keys(seed: int, sample_index: int, positions: torch.Tensor) -> U64Array:
     """uint64 [n]: the per-(seed, sample, position) row keys of one sample."""
-    _check_stream(seed, sample_index)
-    pos = _positions(positions)
-    return _row_keys(_stream_keys([seed], [sample_index]), pos)
+    stream = _stream_keys([seed], [sample_index])
+    return _row_keys(stream, _positions(positions))
 
 
 def _noise_blocks(keys: U64Array, vocab_size: int) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
@@ -172,22 +171,18 @@ class _Rows:
 def _score_blocks(
     rows: _Rows,
     vocab_size: int,
-    temperatures: Sequence[float],
-    counts: npt.NDArray[np.int64],
+    divisors: npt.NDArray[np.float32],
+    greedy: npt.NDArray[np.bool_] | None,
     keys: U64Array,
 ) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
-    """Yield (first row, float32 [rows, vocab] perturbed scores), sample i owning `counts[i]` rows:
-    per row `logits / float32(temperature) + noise`, each a correctly rounded float32 operation, or
-    the logits themselves where the temperature is 0 (greedy). Yielded arrays may be reused buffers,
-    valid until the next iteration."""
-    greedy = np.repeat([t == 0 for t in temperatures], counts)
-    if greedy.all():
+    """Yield (first row, float32 [rows, vocab] perturbed scores): per row `logits / divisor + noise`,
+    each a correctly rounded float32 operation, or the logits themselves where `greedy` (temperature
+    0; None: no such row). Yielded arrays may be reused buffers, valid until the next iteration."""
+    if greedy is not None and greedy.all():
         step = max(1, _BLOCK_ELEMENTS // vocab_size)
         for start in range(0, keys.size, step):
             yield start, rows.take(start, min(keys.size, start + step))
         return
-    divisors = np.repeat(np.array([t if t != 0 else 1.0 for t in temperatures], dtype=np.float32), counts)
-    mixed = bool(greedy.any())
     out: npt.NDArray[np.float32] | None = None
     for start, noise in _noise_blocks(keys, vocab_size):
         if out is None:
@@ -197,7 +192,7 @@ def _score_blocks(
         block = out[: noise.shape[0]]
         np.divide(base, divisors[start:stop, None], out=block)
         block += noise
-        if mixed:
+        if greedy is not None:
             exact = greedy[start:stop]
             block[exact] = base[exact]
         yield start, block
@@ -224,7 +219,8 @@ def score_blocks(
     if logits.shape[1] < 1:
         raise ValueError(f"vocab_size must be >= 1, got {logits.shape[1]}")
     rows = _Rows([logits.detach().to(device="cpu", dtype=torch.float32).numpy()])
-    yield from _score_blocks(rows, logits.shape[1], [temperature], np.array([n]), keys)
+    divisors = np.full(n, temperature if temperature != 0 else 1.0, dtype=np.float32)
+    yield from _score_blocks(rows, logits.shape[1], divisors, np.ones(n, bool) if temperature == 0 else None, keys)
 
 
 def batch_score_blocks(
@@ -258,7 +254,9 @@ def batch_score_blocks(
     positions = np.arange(int(counts.sum()), dtype=np.int64) - starts
     keys = _row_keys(np.repeat(_stream_keys(seeds, sample_indices), counts), positions)
     rows = _Rows([t.detach().to(device="cpu", dtype=torch.float32).numpy() for t in logits])
-    yield from _score_blocks(rows, vocab_size, temperatures, counts, keys)
+    greedy = np.repeat([t == 0 for t in temperatures], counts)
+    divisors = np.repeat(np.array([t if t != 0 else 1.0 for t in temperatures], dtype=np.float32), counts)
+    yield from _score_blocks(rows, vocab_size, divisors, greedy if greedy.any() else None, keys)
 
 
 def scores(

@@ -5,8 +5,9 @@ function works on a batch of independent polynomials (one per chunk) at once, so
 all chunks of all its samples in one pass and a verifier checks them in one pass.
 
 Values are integers held in float64: a product of two field elements is below 2**32 and a sum of
-up to 2**20 such products stays below 2**53, so float64 matrix products (BLAS) and FFTs compute
-them exactly, and `_reduce_` brings them back into the field. Intermediate values are "lazy": in
+up to 2**20 such products stays below 2**53, so float64 matrix products (BLAS) compute them
+exactly, FFT convolutions round to them exactly (checked), and `_reduce_` brings them back into
+the field. Intermediate values are "lazy": in
 [0, p] rather than [0, p), where p stands for 0; results are canonical.
 
 - `evaluate` uses baby-step giant-step: with S * A >= n, sum_e c_e x^e = sum_a (x^S)^a sum_s
@@ -192,10 +193,12 @@ def evaluate(coeffs: npt.ArrayLike, points: npt.ArrayLike) -> Int64Array:
 
 
 def _reduce_(t: Float64Array, scratch: Float64Array | None = None) -> Float64Array:
-    """In place: integer values in [0, 2**52) to representatives in [0, p].
+    """In place: integer values in [0, 2**48) to representatives in [0, p].
 
-    floor(t / p) computed as floor(t * (1/p)) is exact unless t is a multiple of p, where it may
-    come out one low and leave p instead of 0: the lazy representative, harmless until the end.
+    floor(t / p) computed as floor(t * (1/p)) errs by less than 2**-20 below 2**48, while t / p
+    is at least 1/p (about 2**-16) from the next integer unless t is a multiple of p: then it may
+    come out one low and leave p instead of 0, the lazy representative, harmless until the end.
+    The largest values reduced here are sums of n products of two field elements (n < 2**16).
     `scratch`, if given, is a buffer of t's shape (saves an allocation in loops).
     """
     q = np.multiply(t, _INV_P, out=scratch)

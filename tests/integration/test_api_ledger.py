@@ -13,6 +13,7 @@ import pytest
 
 from backend.api.ledger import csv_cell
 from backend.db.ledger import SUBMISSIONS, encode_cursor
+from proofpool.config import Settings
 
 LISTINGS = ("providers", "nodes", "pools", "submissions", "verdicts", "slashes", "rewards", "validators", "checkpoints")
 
@@ -215,7 +216,7 @@ def test_submission_lookup_returns_its_verdicts_slash_and_credits(ledger_api, le
     assert reply.status_code == 200
     body = reply.json()
     assert body["submission"] == invalid
-    assert [v["reason"] for v in body["verdicts"]] == ["proof_mismatch"]
+    assert [v["reason"] for v in body["verdicts"]] == ["sampling_mismatch"]
     assert [s["work_key"] for s in body["slashes"]] == [invalid["work_key"]]
     assert [r["kind"] for r in body["rewards"]] == ["slash_share"]
 
@@ -245,3 +246,96 @@ def test_ledger_is_public_and_documented(ledger_api):
     assert paths == {f"/v1/ledger/{name}" for name in LISTINGS} | {"/v1/ledger/submissions/{pool_id}/{work_key}"}
     params = {p["name"] for p in schema["paths"]["/v1/ledger/submissions"]["get"]["parameters"]}
     assert params == {"limit", "cursor", "format", "pool_id", "provider", "node", "status", "since", "until"}
+
+
+@pytest.fixture(scope="module")
+def chain_ledger(loop_world):
+    """The chain-loop world indexed by the real indexer into a database of its own, served by the app."""
+    import uuid
+
+    from fastapi.testclient import TestClient
+
+    from backend.app import create_app
+    from proofpool import db
+    from tests.fixtures.indexer import make_indexer
+    from tests.fixtures.ledger import database_url_named, ledger_redis_url
+
+    url = database_url_named(f"proofpool_test_ledger_{uuid.uuid4().hex[:10]}")
+    db.ensure_database(url)
+    try:
+        db.upgrade(url)
+        make_indexer(loop_world.w3, loop_world.book, url).run(once=True)
+        with TestClient(create_app(Settings(DATABASE_URL=url, REDIS_URL=ledger_redis_url()))) as api:
+            yield api
+    finally:
+        db.drop_database(url)
+
+
+def test_ledger_serves_what_the_indexer_read_from_the_chain(chain_ledger, loop_world):
+    loop, cast = loop_world.loop, loop_world.cast
+    honest, cheating = "0x" + loop.honest_key.hex(), "0x" + loop.cheating_key.hex()
+    submissions = walk(chain_ledger, "submissions", {"pool_id": loop.pool_id}, limit=1)
+    assert {(s["work_key"], s["status"], s["provider"]) for s in submissions} == {
+        (honest, "finalized", cast.alice.address),
+        (cheating, "invalid", cast.bob.address),
+    }
+
+    cheat = chain_ledger.get(f"/v1/ledger/submissions/{loop.pool_id}/{cheating}").json()
+    assert [(v["verdict"], v["reason"], v["validator"]) for v in cheat["verdicts"]] == [
+        ("invalid", "sampling_mismatch", cast.validator.address)
+    ]
+    (slash,) = cheat["slashes"]
+    assert int(slash["validator_share"]) + int(slash["treasury_share"]) == int(slash["amount"]) > 0
+    assert [(r["account"], r["kind"]) for r in cheat["rewards"]] == [(cast.validator.address, "slash_share")]
+    paid = chain_ledger.get(f"/v1/ledger/submissions/{loop.pool_id}/{honest}").json()["rewards"]
+    assert sorted((r["account"], r["kind"]) for r in paid) == sorted(
+        [(cast.alice.address, "provider_reward"), (cast.validator.address, "validator_fee")]
+    )
+    validators = {v["address"]: v["active"] for v in walk(chain_ledger, "validators", {}, limit=100)}
+    assert validators[cast.validator.address] is True and validators[loop_world.stranger] is False
+    pools = {p["pool_id"]: p["status"] for p in walk(chain_ledger, "pools", {}, limit=100)}
+    assert pools == {loop.pool_id: "closed", loop_world.second_pool: "created"}
+
+
+def test_every_ledger_row_names_a_transaction_of_its_block(chain_ledger, loop_world):
+    w3 = loop_world.w3
+    for name in LISTINGS:
+        rows = walk(chain_ledger, name, {}, limit=1000)
+        assert rows, name
+        for row in rows:
+            receipt = w3.eth.get_transaction_receipt(row["tx_hash"])
+            assert receipt["blockNumber"] == row["block_number"], (name, row)
+            if "log_index" in row:
+                assert row["log_index"] in {log["logIndex"] for log in receipt["logs"]}, (name, row)
+
+
+def _ledger_fuzz_cases() -> list:
+    from schemathesis import GenerationMode
+
+    from tests.integration.test_api_schemathesis import api_schema
+
+    ops = [result.ok() for result in api_schema().get_all_operations()]
+    return [
+        pytest.param(op, mode, id=f"{op.label}-{mode.value}")
+        for op in ops
+        if "ledger" in op.definition.raw.get("tags", [])
+        for mode in GenerationMode
+    ]
+
+
+@pytest.mark.parametrize("operation, mode", _ledger_fuzz_cases())
+def test_fuzzed_ledger_requests_never_get_a_server_error(operation, mode, ledger_api):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+    from schemathesis.checks import not_a_server_error, response_schema_conformance
+
+    @settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def fuzz(data: st.DataObject) -> None:
+        case = data.draw(operation.as_strategy(generation_mode=mode))
+        kwargs = case.as_transport_kwargs(base_url="http://testserver")
+        response = ledger_api.request(case.method, case.formatted_path, params=kwargs.get("params"))
+        ok = 200 <= response.status_code < 300
+        case.validate_response(response, checks=[not_a_server_error, *([response_schema_conformance] if ok else [])])
+
+    fuzz()

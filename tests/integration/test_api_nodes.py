@@ -423,7 +423,9 @@ def test_invite_joins_on_chain_and_sweeper_ejects_the_dead(api: ApiHarness, anvi
     assert api.announce(node, provider.address).status_code == 200
 
     reply = api.signed(provider, "GET", f"/v1/invites/{node.address}").json()
-    invite = Invite(reply["pool_id"], reply["node"], int(reply["nonce"]), reply["expiry"], bytes.fromhex(reply["signature"][2:]))
+    invite = Invite(
+        reply["pool_id"], reply["node"], int(reply["nonce"]), reply["expiry"], bytes.fromhex(reply["signature"][2:])
+    )
     me.pool.join_pool(invite)
     assert chain.pool.get_member(pool_id, node.address).state is MemberState.ACTIVE
 

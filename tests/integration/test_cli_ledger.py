@@ -80,7 +80,7 @@ def test_table_shows_amounts_in_tokens_and_short_hashes(ledger_cli, ledger_db):
     assert " 50 " in out and format_tokens(int(pool["budget"])) in out
     invalid = next(r for r in data.submissions if r["status"] == "invalid")
     detail = ledger_cli("submission", str(invalid["pool_id"]), invalid["work_key"])
-    assert "submissions (1 rows)" in detail and "proof_mismatch" in detail and "slashes (1 rows)" in detail
+    assert "submissions (1 rows)" in detail and "sampling_mismatch" in detail and "slashes (1 rows)" in detail
 
 
 def test_format_tokens_is_exact_for_any_uint256():

@@ -9,6 +9,7 @@ raw events, before its blocks, projections, outbox rows and cursor) and the faul
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -48,6 +49,7 @@ from tests.fixtures.indexer import (
 from tests.fixtures.postgres import truncate_all
 
 WAIT = 60.0
+PENDING_TASKS = "SELECT count(*) FROM outbox WHERE dispatched_at IS NULL"
 
 
 def wait_for(condition: Callable[[], object], what: str, timeout: float = WAIT) -> object:
@@ -106,7 +108,6 @@ def assert_consistent_cut(url: str) -> None:
 # --- crash and restart ----------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_sigkill_mid_batch_then_restart_gives_the_rows_of_a_clean_run(fresh_anvil, clean_database, tmp_path):
     world = build_bulk_world(fresh_anvil, 200)
     env = indexer_env(clean_database, fresh_anvil, world.book, tmp_path / "deployments")
@@ -232,7 +233,6 @@ def test_reorg_under_a_fresh_range_is_caught_by_the_parent_hash(fresh_anvil, cle
 # --- lost connections -----------------------------------------------------------------------
 
 
-@pytest.mark.slow
 def test_terminated_connections_are_retried_and_nothing_is_skipped(fresh_anvil, clean_database):
     world = build_bulk_world(fresh_anvil, 150)
     indexer = make_indexer(world.market.w3, world.book, clean_database, batch_blocks=2)
@@ -278,13 +278,13 @@ class TcpProxy:
     def down(self) -> None:
         with self._lock:
             if self._server is not None:
+                with contextlib.suppress(OSError):  # wakes the accept() blocked in its thread
+                    self._server.shutdown(socket.SHUT_RDWR)
                 self._server.close()
                 self._server = None
             for sock in self._sockets:
-                try:
+                with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)
-                except OSError:
-                    pass
                 sock.close()
             self._sockets.clear()
 
@@ -309,13 +309,10 @@ class TcpProxy:
             pass
         finally:
             for sock in (src, dst):
-                try:
+                with contextlib.suppress(OSError):
                     sock.close()
-                except OSError:
-                    pass
 
 
-@pytest.mark.slow
 def test_a_postgres_outage_is_waited_out(fresh_anvil, clean_database):
     world = build_bulk_world(fresh_anvil, 100)
     proxy = TcpProxy(("127.0.0.1", 5432))
@@ -411,7 +408,6 @@ def expected_deliveries(url: str) -> dict[str, tuple[int, str]]:
     return {task_id_for(f"{pool}:{key}"): (pool, key) for pool, key in submitted_keys(url)}
 
 
-@pytest.mark.slow
 def test_a_kill_between_commit_and_dispatch_still_sends_each_task_exactly_once(fresh_anvil, clean_database, probe):
     world = build_bulk_world(fresh_anvil, 40)
     # the indexer commits the outbox rows and "dies" before sending any (no dispatcher)
@@ -437,7 +433,6 @@ class Killed(BaseException):
     """Stands for the process dying: not an Exception, so nothing on the way catches it."""
 
 
-@pytest.mark.slow
 def test_a_kill_between_send_and_mark_resends_with_the_same_task_id(fresh_anvil, clean_database, probe):
     world = build_bulk_world(fresh_anvil, 20)
     make_indexer(world.market.w3, world.book, clean_database).run(once=True)
@@ -478,27 +473,27 @@ def test_a_kill_between_send_and_mark_resends_with_the_same_task_id(fresh_anvil,
     assert sorted(len([r for r in received if r["task_id"] == t]) for t in by_id)[-3:] == [2, 2, 2]
 
 
-@pytest.mark.slow
 def test_sigkill_of_a_dispatching_indexer_loses_no_task(fresh_anvil, clean_database, probe, tmp_path):
-    world = build_bulk_world(fresh_anvil, 120)
+    world = build_bulk_world(fresh_anvil, 120, per_block=4)
     env = indexer_env(
         clean_database, fresh_anvil, world.book, tmp_path / "deployments", PROOFPOOL_BROKER_URL=probe.broker_url
     )
     log_path = tmp_path / "indexer.log"
     child = spawn_indexer(env, "--batch-blocks", "2", log_path=log_path)
     try:
-        wait_for(
-            lambda: query(clean_database, "SELECT count(*) FROM outbox WHERE dispatched_at IS NOT NULL")[0][0] > 5,
-            "some tasks sent",
-        )
+        wait_for(lambda: query(clean_database, "SELECT count(*) FROM outbox")[0][0] > 8, "committed submissions")
         with blocks_locked(clean_database):
             wait_for(lambda: indexer_backends(clean_database, True), "the indexer inside a range")
+            # meanwhile its dispatcher thread sends what was committed before: kill it with both at work
+            wait_for(lambda: query(clean_database, PENDING_TASKS) == [(0,)], "the committed tasks to be sent")
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=10)
         wait_for(lambda: not indexer_backends(clean_database), "the killed session to end")
     finally:
         if child.poll() is None:
             child.kill()
+    sent_before_kill = query(clean_database, "SELECT count(*) FROM outbox WHERE dispatched_at IS NOT NULL")[0][0]
+    assert 0 < sent_before_kill < 120
     assert_consistent_cut(clean_database)
 
     restarted = spawn_indexer(env, "--once", "--batch-blocks", "5", log_path=log_path)

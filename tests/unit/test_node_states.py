@@ -32,9 +32,7 @@ NOW = 1_000_000.0
     ],
 )
 def test_state_table(membership, blacklisted, last_seen, expected) -> None:
-    state = node_state(
-        membership=membership, blacklisted=blacklisted, last_seen=last_seen, now=NOW, liveness=LIVENESS
-    )
+    state = node_state(membership=membership, blacklisted=blacklisted, last_seen=last_seen, now=NOW, liveness=LIVENESS)
     assert state is expected
 
 
