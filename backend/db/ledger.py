@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any, Generic, Literal, TypeVar
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import class_row
 from psycopg.types.datetime import TimestamptzLoader
 from pydantic import ConfigDict, with_config
@@ -452,7 +452,7 @@ class _UtcTimestamptzLoader(TimestamptzLoader):
         return super().load(data).astimezone(UTC)
 
 
-def _rows(conn: AsyncConnection, row_type: type[Row]) -> Any:
+def _rows(conn: AsyncConnection, row_type: type[Row]) -> AsyncCursor[Row]:
     """A cursor making `row_type` rows with UTC times."""
     cur = conn.cursor(row_factory=class_row(row_type))
     cur.adapters.register_loader("timestamptz", _UtcTimestamptzLoader)
