@@ -115,7 +115,7 @@ def alembic_config(url: str) -> Config:
     return config
 
 
-def connection_error(url: str, exc: psycopg.OperationalError) -> ProofpoolError:
+def connection_error(url: str, exc: psycopg.Error) -> ProofpoolError:
     """The error to raise for a failed connection: a missing database is not a down server."""
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else exc.__class__.__name__
     if "does not exist" in first_line:

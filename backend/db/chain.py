@@ -66,6 +66,12 @@ class IndexerState:
     next_block: int
 
 
+def schema_ready(conn: Connection) -> bool:
+    """True when the chain tables exist (the database was migrated)."""
+    row = conn.execute("SELECT to_regclass('indexer_state') IS NOT NULL").fetchone()
+    return bool(row and row[0])
+
+
 def try_lock(conn: Connection) -> bool:
     """Take the indexer's session lock; False when another indexer process holds it."""
     row = conn.execute("SELECT pg_try_advisory_lock(%s)", (INDEXER_LOCK_ID,)).fetchone()

@@ -6,9 +6,8 @@ a million submissions costs what page 1 costs. Event tables (submissions, verdic
 rewards, checkpoints) are ordered by chain position `(block_number, log_index)`; entity tables
 (providers, nodes, validators, pools) by their primary key, which never changes.
 
-Submissions carry the position of the log that last changed them (an attestation moves a row
-forward), so a walk made while the indexer writes sees a changed row again with its new status,
-and never skips one.
+Submissions keep the position of their WorkSubmitted log (a status change is recorded in
+`status_block`/`status_tx_hash`), so a walk made while the indexer writes meets every row once.
 
 This module is the only place where database types become API types: BYTEA -> 0x-hex and
 NUMERIC(78,0) -> decimal string happen in SQL here; the work key of a lookup goes hex -> bytes here.
@@ -140,11 +139,15 @@ class SubmissionRow:
     submitted_at: datetime
     """Time of the block that carried the submission."""
     block_number: int
-    """Block of the log that last changed this row (submission, attestation, ...)."""
+    """Block of the WorkSubmitted log (a submission's position never moves)."""
     tx_hash: str
-    """Transaction of that log (0x-hex)."""
+    """Transaction that submitted the work (0x-hex)."""
     log_index: int
-    """Index of that log in its block."""
+    """Index of the WorkSubmitted log in its block."""
+    status_block: int | None
+    """Block of the log that last changed the status (attest, invalidate, finalize); None while pending."""
+    status_tx_hash: str | None
+    """Transaction of that log (0x-hex)."""
 
 
 @with_config(_DOCS)
@@ -344,7 +347,7 @@ POOLS: Listing[PoolRow] = Listing(
 )
 
 SUBMISSION_COLUMNS = f"""pool_id, {_hex("work_key")}, node, provider, work_units, model_version, status,
-    submitted_at, block_number, {_hex("tx_hash")}, log_index"""
+    submitted_at, block_number, {_hex("tx_hash")}, log_index, status_block, {_hex("status_tx_hash")}"""
 
 SUBMISSIONS: Listing[SubmissionRow] = Listing(
     name="submissions",
@@ -490,8 +493,7 @@ def page_sql(listing: Listing[Any], filter_names: frozenset[str], resume: bool) 
     """The page query for one combination of filters, composed only from the listing's constants.
 
     Usually: `WHERE filters AND key > cursor ORDER BY key LIMIT n`, which walks an index in key
-    order. A submission's position moves when its status changes, so submission time and position
-    correlate without matching; the planner cannot know that, and for `since` it would walk the
+    order. Submission time grows with position, but the planner cannot know that, and for `since` it would walk the
     position index from the cursor, filtering, through every row older than the window. Unless a
     provider or node filter bounds that walk (a few thousand rows at most), a `since` page instead
     takes the keys of the window's rows from a covering time index (per pool when filtered by

@@ -103,6 +103,7 @@ class Membership:
     provider: str | None
     state: str | None
     blacklisted: bool
+    block_number: int
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,7 @@ class InviteRow:
     manager: str
     expiry: int
     signature: bytes
+    membership_block: int | None
 
 
 # --------------------------------------------------------------------------- projections (read only)
@@ -234,7 +236,7 @@ async def first_active_pool(conn: AsyncConnection, manager: str) -> PoolRow | No
 
 
 SELECT_MEMBERSHIP = """
-    SELECT pool_id, node, provider, state, blacklisted FROM memberships
+    SELECT pool_id, node, provider, state, blacklisted, block_number FROM memberships
     WHERE pool_id = %(pool_id)s AND node = %(node)s"""
 
 
@@ -317,19 +319,26 @@ async def advance_batch(conn: AsyncConnection, pool_id: int, node: str, version:
 # --------------------------------------------------------------------------- invites
 
 SELECT_REUSABLE_INVITE = """
-    SELECT nonce, pool_id, node, provider, manager, expiry, signature FROM pool_invites
+    SELECT nonce, pool_id, node, provider, manager, expiry, signature, membership_block FROM pool_invites
     WHERE pool_id = %(pool_id)s AND node = %(node)s AND manager = %(manager)s AND expiry >= %(min_expiry)s
+      AND membership_block IS NOT DISTINCT FROM %(membership_block)s
     ORDER BY expiry DESC LIMIT 1"""
 
 
 async def reusable_invite(
-    conn: AsyncConnection, pool_id: int, node: str, manager: str, min_expiry: int
+    conn: AsyncConnection, pool_id: int, node: str, manager: str, min_expiry: int, membership_block: int | None
 ) -> InviteRow | None:
-    """An invite already issued to `node` that stays valid until at least `min_expiry`."""
+    """An invite already issued to `node` that stays valid until at least `min_expiry` and was
+    signed while the node's membership was as it is now (so it cannot have been used since)."""
+    params = {
+        "pool_id": pool_id,
+        "node": node,
+        "manager": manager,
+        "min_expiry": min_expiry,
+        "membership_block": membership_block,
+    }
     async with conn.cursor(row_factory=class_row(InviteRow)) as cur:
-        await cur.execute(
-            SELECT_REUSABLE_INVITE, {"pool_id": pool_id, "node": node, "manager": manager, "min_expiry": min_expiry}
-        )
+        await cur.execute(SELECT_REUSABLE_INVITE, params)
         row = await cur.fetchone()
     return None if row is None else InviteRow(**{**row.__dict__, "signature": bytes(row.signature)})
 
@@ -342,8 +351,9 @@ async def next_invite_nonce(conn: AsyncConnection) -> int:
 
 
 INSERT_INVITE = """
-    INSERT INTO pool_invites (nonce, pool_id, node, provider, manager, expiry, signature)
-    VALUES (%(nonce)s, %(pool_id)s, %(node)s, %(provider)s, %(manager)s, %(expiry)s, %(signature)s)"""
+    INSERT INTO pool_invites (nonce, pool_id, node, provider, manager, expiry, signature, membership_block)
+    VALUES (%(nonce)s, %(pool_id)s, %(node)s, %(provider)s, %(manager)s, %(expiry)s, %(signature)s,
+            %(membership_block)s)"""
 
 
 async def insert_invite(conn: AsyncConnection, invite: InviteRow) -> None:

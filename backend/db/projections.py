@@ -133,8 +133,10 @@ WORK_SUBMITTED = """
             %(time)s, %(block)s, %(tx)s, %(log)s)
     ON CONFLICT (pool_id, work_key) DO NOTHING"""
 
+# A submission keeps the position of its WorkSubmitted log for good (stable ledger pages and
+# time windows); the log that last changed its status is recorded beside it.
 WORK_STATUS = """
-    UPDATE submissions SET status = %(status)s, block_number = %(block)s, tx_hash = %(tx)s, log_index = %(log)s
+    UPDATE submissions SET status = %(status)s, status_block = %(block)s, status_tx_hash = %(tx)s
     WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s"""
 
 VERDICT = """

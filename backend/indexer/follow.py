@@ -32,7 +32,7 @@ from backend.indexer.reorg import conflict_in_range, find_fork, roll_back, tip_c
 from backend.indexer.source import ChainMoved, ChainSource, RangeBatch, RangeRefused
 from proofpool.chain.deploy import AddressBook
 from proofpool.config import Settings
-from proofpool.db import redact
+from proofpool.db import connection_error, redact
 from proofpool.errors import ConfigError, ServiceUnavailable
 
 log = logging.getLogger(__name__)
@@ -116,6 +116,11 @@ class Indexer:
                     self.database_url, autocommit=True, connect_timeout=5, application_name=APPLICATION_NAME
                 )
             except DB_ERRORS as exc:
+                problem = (
+                    connection_error(self.database_url, exc) if isinstance(exc, psycopg.OperationalError) else None
+                )
+                if isinstance(problem, ConfigError):  # a missing database will not appear by waiting
+                    raise problem from exc
                 self._wait(stop, delay, "PostgreSQL", redact(self.database_url), exc)
                 delay = min(delay * 2, self.options.max_backoff)
                 continue
@@ -147,7 +152,7 @@ class Indexer:
         """Index until stopped (or, with `once`, until caught up with the chain and the outbox sent)."""
         stop = stop or threading.Event()
         delay = 0.2
-        dispatch = self._start_dispatch()
+        dispatch: DispatchLoop | None = None
         try:
             while not stop.is_set():
                 if dispatch is not None and dispatch.error is not None:
@@ -156,6 +161,7 @@ class Indexer:
                     if self._conn is None or self._conn.closed:
                         self._conn = self._connect(stop)
                         self._start(self._conn)
+                        dispatch = dispatch or self._start_dispatch()  # once the database is known good
                     progressed = self.step(self._conn)
                     if progressed and dispatch is not None:
                         dispatch.notify()
@@ -203,6 +209,8 @@ class Indexer:
         chain_id = self.source.chain_id()
         if chain_id != self.book.chain_id:
             raise ConfigError(f"the RPC node serves chain {chain_id}, the address book is for {self.book.chain_id}")
+        if not chain_db.schema_ready(conn):
+            raise ConfigError(f"database {redact(self.database_url)} has no chain tables: run `proofpool db upgrade`")
         with conn.transaction():
             first = self._from_block_pending if self._from_block_pending is not None else self.book.deploy_block
             chain_db.init_state(conn, chain_id=chain_id, next_block=first)

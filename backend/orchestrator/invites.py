@@ -24,7 +24,8 @@ from proofpool.errors import ConfigError
 log = logging.getLogger(__name__)
 
 INVITE_TTL = 3600
-"""Seconds an invite stays valid; a repeated request within the first half returns the same one."""
+"""Seconds an invite stays valid. A repeated request within the first half of that returns the same
+invite, unless the node's membership changed since (it may have been used: invites are single use)."""
 
 
 @dataclass(frozen=True)
@@ -106,12 +107,15 @@ async def issue_invite(
 
     # Chain time may run ahead of the wall clock (devnet time travel): expire relative to the later.
     base = max(now, await db.latest_block_time(conn) or 0)
-    reused = await db.reusable_invite(conn, target, node, manager.address, min_expiry=base + ttl // 2)
+    membership_block = None if member is None else member.block_number
+    reused = await db.reusable_invite(conn, target, node, manager.address, base + ttl // 2, membership_block)
     if reused is not None:
         return SignedInvite(reused, chain_id, pool_contract)
     nonce = await db.next_invite_nonce(conn)
     invite = sign_invite(manager, target, node, nonce, base + ttl, chain_id, pool_contract)
-    row = db.InviteRow(nonce, target, node, provider, manager.address, invite.expiry, invite.signature)
+    row = db.InviteRow(
+        nonce, target, node, provider, manager.address, invite.expiry, invite.signature, membership_block
+    )
     await db.insert_invite(conn, row)
     log.info("invite signed", extra={"pool": target, "node": node, "provider": provider, "nonce": nonce})
     return SignedInvite(row, chain_id, pool_contract)

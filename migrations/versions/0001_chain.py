@@ -121,6 +121,8 @@ CREATE TABLE submissions (
     block_number   BIGINT NOT NULL,
     tx_hash        BYTEA NOT NULL,
     log_index      INTEGER NOT NULL,
+    status_block   BIGINT,
+    status_tx_hash BYTEA,
     PRIMARY KEY (pool_id, work_key)
 );
 CREATE INDEX submissions_position ON submissions (block_number, log_index);

@@ -30,15 +30,18 @@ CREATE TABLE node_announcements (
 CREATE INDEX node_announcements_provider ON node_announcements (provider);
 
 -- `nonce` is the invite's EIP-712 nonce: unique per row, so every signed digest is new.
+-- `membership_block`: block of the node's membership row when the invite was signed (NULL: none);
+-- an invite is handed out again only while that is unchanged, i.e. while it cannot have been used.
 CREATE TABLE pool_invites (
-    nonce       BIGSERIAL PRIMARY KEY,
-    pool_id     BIGINT NOT NULL,
-    node        TEXT NOT NULL,
-    provider    TEXT NOT NULL,
-    manager     TEXT NOT NULL,
-    expiry      BIGINT NOT NULL,
-    signature   BYTEA NOT NULL,
-    issued_at   TIMESTAMPTZ NOT NULL DEFAULT now()
+    nonce             BIGSERIAL PRIMARY KEY,
+    pool_id           BIGINT NOT NULL,
+    node              TEXT NOT NULL,
+    provider          TEXT NOT NULL,
+    manager           TEXT NOT NULL,
+    expiry            BIGINT NOT NULL,
+    signature         BYTEA NOT NULL,
+    membership_block  BIGINT,
+    issued_at         TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 CREATE INDEX pool_invites_node ON pool_invites (pool_id, node, expiry DESC);
 

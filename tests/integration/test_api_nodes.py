@@ -327,6 +327,16 @@ def test_invite_refusals(api: ApiHarness, setup: str, status: int, error: str) -
     assert (reply.status_code, reply.json()["error"]) == (status, error), reply.text
 
 
+def test_invite_is_not_repeated_once_the_membership_changed(api: ApiHarness) -> None:
+    """Invites are single use: after the node joined (and was ejected) it needs a new one."""
+    node, provider = invite_ready(api)
+    first = api.signed(provider, "GET", f"/v1/invites/{node.address}").json()
+    api.add_member(1, node.address, provider.address, "ejected", block=9)
+    second = api.signed(provider, "GET", f"/v1/invites/{node.address}").json()
+    assert int(second["nonce"]) > int(first["nonce"])
+    assert api.signed(provider, "GET", f"/v1/invites/{node.address}").json() == second
+
+
 def test_ejected_node_may_be_invited_again(api: ApiHarness) -> None:
     node, provider = invite_ready(api)
     api.add_member(1, node.address, provider.address, "ejected")
@@ -434,3 +444,40 @@ def test_invite_joins_on_chain_and_sweeper_ejects_the_dead(api: ApiHarness, anvi
     outcomes = sweep(api, chain_ejector(chain.as_account(MANAGER)))
     assert [(e.node, e.outcome) for e in outcomes] == [(node.address, "ejected")]
     assert chain.pool.get_member(pool_id, node.address).state is MemberState.EJECTED
+
+    # the indexer records the ejection; the provider asks again and the node rejoins
+    api.conn.execute("UPDATE memberships SET state = 'ejected', block_number = block_number + 1")
+    reply = api.signed(provider, "GET", f"/v1/invites/{node.address}").json()
+    me.pool.join_pool(
+        Invite(pool_id, node.address, int(reply["nonce"]), reply["expiry"], bytes.fromhex(reply["signature"][2:]))
+    )
+    assert chain.pool.get_member(pool_id, node.address).state is MemberState.ACTIVE
+
+
+# --------------------------------------------------------------------------- operator command
+
+
+@pytest.mark.parametrize(
+    "env, message",
+    [
+        ({"DATABASE_URL": "postgresql://postgres@127.0.0.1:1/proofpool"}, "PostgreSQL is not reachable"),
+        ({"REDIS_URL": "redis://127.0.0.1:1/0"}, "Redis is not reachable"),
+    ],
+)
+def test_serve_says_which_service_is_down(api: ApiHarness, monkeypatch, env: dict, message: str) -> None:
+    from typer.testing import CliRunner
+
+    from proofpool.cli.main import app
+    from proofpool.config import get_settings
+    from proofpool.errors import ServiceUnavailable
+
+    monkeypatch.setenv("DATABASE_URL", str(api.settings.database_url))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    get_settings.cache_clear()
+    try:
+        result = CliRunner().invoke(app, ["backend", "serve", "--port", "1"])
+    finally:
+        get_settings.cache_clear()
+    assert isinstance(result.exception, ServiceUnavailable)
+    assert message in str(result.exception)
