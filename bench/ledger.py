@@ -51,11 +51,12 @@ BLOCK_SECONDS, PER_BLOCK, FIRST_BLOCK = 2, 4, 1_000
 
 FILL_SUBMISSIONS = """
 INSERT INTO submissions (pool_id, work_key, node, provider, work_units, model_version, status, submitted_at,
-                         block_number, tx_hash, log_index)
+                         block_number, tx_hash, log_index, status_block, status_tx_hash)
 SELECT n.idx %% %(pools)s + 1, sha256(int8send(i)), n.address, n.provider, 1 + i %% 500, 1 + i / 100000, s.status,
        %(t0)s + (g.block * %(block_seconds)s) * interval '1 second',
-       g.block + s.delay, sha256(int8send(-1 - i)),
-       CASE WHEN s.delay = 0 THEN i %% %(per_block)s ELSE 10 + 4 * s.k + i %% %(per_block)s END
+       g.block, sha256(int8send(-1 - i)), i %% %(per_block)s,
+       CASE WHEN s.status = 'pending' THEN NULL ELSE g.block + s.delay END,
+       CASE WHEN s.status = 'pending' THEN NULL ELSE sha256(int8send(-1000000000 - i)) END
 FROM generate_series(0::bigint, %(rows)s - 1) AS i
 CROSS JOIN LATERAL (SELECT %(first_block)s + i / %(per_block)s AS block,
                            (i * 7919) %% %(nodes)s AS node_idx,
@@ -66,8 +67,8 @@ CROSS JOIN LATERAL (SELECT * FROM (VALUES
         ('finalized', 1800, 2, 35, 97), ('forfeited', 1800, 3, 97, 100)
     ) AS v(status, delay, k, lo, hi) WHERE g.bucket >= v.lo AND g.bucket < v.hi) AS s
 """
-"""Positions are unique: a moved row lands at `submit block + delay` with a log index that its
-submit slot and status make unique; pending rows keep their submission log index (0..3)."""
+"""A row keeps its submission position (block, log index 0..3); a judged row records the block of its
+status change `delay` blocks later."""
 
 FILL_ENTITIES = [
     """INSERT INTO providers (address, active_stake, compute_units, registered_block, block_number, tx_hash)

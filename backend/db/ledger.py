@@ -294,12 +294,6 @@ class Listing(Generic[Row]):
     filters: Mapping[str, str]
     """Filter name -> SQL predicate using the parameter of the same name."""
     row: type[Row]
-    table: str = ""
-    """Table of `select`; needed only with `sorted_by`."""
-    sorted_by: frozenset[str] = frozenset()
-    """Filters whose rows are best found out of key order, through a covering index, then sorted."""
-    seeks: frozenset[str] = frozenset()
-    """Filters whose index walks key order; any of them present beats `sorted_by`."""
 
 
 def _hex(column: str, alias: str | None = None) -> str:
@@ -359,13 +353,14 @@ SUBMISSIONS: Listing[SubmissionRow] = Listing(
         "provider": "provider = %(provider)s",
         "node": "node = %(node)s",
         "status": "status = %(status)s",
-        "since": "submitted_at >= %(since)s",
-        "until": "submitted_at < %(until)s",
+        # Block time never decreases along the chain, so a time window is a block range: its ends
+        # come from the covering time index in O(log n) and the page walks a position index.
+        "since": """submitted_at >= %(since)s AND block_number >= COALESCE((SELECT f.block_number FROM submissions f
+            WHERE f.submitted_at >= %(since)s ORDER BY f.submitted_at, f.block_number LIMIT 1), 9223372036854775807)""",
+        "until": """submitted_at < %(until)s AND block_number <= COALESCE((SELECT l.block_number FROM submissions l
+            WHERE l.submitted_at < %(until)s ORDER BY l.submitted_at DESC, l.block_number DESC LIMIT 1), -1)""",
     },
     row=SubmissionRow,
-    table="submissions",
-    sorted_by=frozenset({"since"}),
-    seeks=frozenset({"provider", "node"}),
 )
 
 VERDICT_COLUMNS = f"""pool_id, {_hex("work_key")}, verdict, validator, reason, block_number,
@@ -490,26 +485,14 @@ def decode_cursor(listing: Listing[Any], cursor: str) -> tuple[int | str, ...]:
 
 @cache
 def page_sql(listing: Listing[Any], filter_names: frozenset[str], resume: bool) -> str:
-    """The page query for one combination of filters, composed only from the listing's constants.
-
-    Usually: `WHERE filters AND key > cursor ORDER BY key LIMIT n`, which walks an index in key
-    order. Submission time grows with position, but the planner cannot know that, and for `since` it would walk the
-    position index from the cursor, filtering, through every row older than the window. Unless a
-    provider or node filter bounds that walk (a few thousand rows at most), a `since` page instead
-    takes the keys of the window's rows from a covering time index (per pool when filtered by
-    pool), sorts only those (`+ 0` keeps the planner off the position indexes), then fetches the
-    page's rows by key: its cost grows with the rows in the window, not with the table.
-    """
+    """The page query for one combination of filters, composed only from the listing's constants:
+    `WHERE filters AND key > cursor ORDER BY key LIMIT n`, which walks an index in key order."""
     predicates = [listing.filters[name] for name in sorted(filter_names)]
     key = ", ".join(listing.key)
     if resume:
         marks = ", ".join(f"%(after_{i})s" for i in range(len(listing.key)))
         predicates.append(f"({key}) > ({marks})")
     where = f" WHERE {' AND '.join(predicates)}" if predicates else ""
-    if filter_names & listing.sorted_by and not filter_names & listing.seeks:
-        unordered = ", ".join([f"{listing.key[0]} + 0", *listing.key[1:]])
-        keys = f"SELECT {key} FROM {listing.table}{where} ORDER BY {unordered} LIMIT %(limit)s"
-        return f"{listing.select} WHERE ({key}) IN ({keys}) ORDER BY {key}"
     return f"{listing.select}{where} ORDER BY {key} LIMIT %(limit)s"
 
 

@@ -74,11 +74,8 @@ def test_page_queries_use_keyset_never_offset():
     assert "pool_id = %(pool_id)s AND status = %(status)s" in first
 
 
-def test_a_time_window_sorts_only_its_keys_unless_a_provider_or_node_bounds_the_walk():
-    narrow = page_sql(SUBMISSIONS, frozenset({"since", "status"}), True)
-    assert "WHERE (block_number, log_index) IN (SELECT block_number, log_index FROM submissions WHERE" in narrow
-    assert "ORDER BY block_number + 0, log_index LIMIT %(limit)s) ORDER BY block_number, log_index" in narrow
-    assert " IN (" in page_sql(SUBMISSIONS, frozenset({"since", "pool_id"}), False)
-    for seek in ("provider", "node"):
-        assert " IN (" not in page_sql(SUBMISSIONS, frozenset({"since", seek}), False)
-    assert " IN (" not in page_sql(SUBMISSIONS, frozenset({"until"}), False)
+def test_a_time_window_becomes_a_block_range_walked_in_key_order():
+    sql = page_sql(SUBMISSIONS, frozenset({"since", "until", "status"}), True)
+    assert "block_number >= COALESCE((SELECT f.block_number FROM submissions f" in sql
+    assert "block_number <= COALESCE((SELECT l.block_number FROM submissions l" in sql
+    assert sql.endswith("ORDER BY block_number, log_index LIMIT %(limit)s")
