@@ -152,8 +152,18 @@ class Connection:
             return 0
 
 
-async def connect_all(port: int, count: int) -> list[Connection]:
-    return [Connection(*await asyncio.open_connection("127.0.0.1", port)) for _ in range(count)]
+async def connect_all(port: int, count: int, spacing: float = 0.005) -> list[Connection]:
+    """`count` keep-alive connections, opened a few ms apart.
+
+    The uvicorn workers share one listening socket and each drains the accept backlog in a
+    batch, so connections opened in one burst mostly land on one worker and leave the other
+    idle. Real nodes connect at scattered times; spacing the connects reproduces that.
+    """
+    conns = []
+    for _ in range(count):
+        conns.append(Connection(*await asyncio.open_connection("127.0.0.1", port)))
+        await asyncio.sleep(spacing)
+    return conns
 
 
 def summarize(phase: str, latencies: list[float], statuses: Counter, elapsed: float, **extra: Any) -> dict:

@@ -353,11 +353,12 @@ SUBMISSIONS: Listing[SubmissionRow] = Listing(
         "provider": "provider = %(provider)s",
         "node": "node = %(node)s",
         "status": "status = %(status)s",
-        # Block time never decreases along the chain, so a time window is a block range: its ends
-        # come from the covering time index in O(log n) and the page walks a position index.
-        "since": """submitted_at >= %(since)s AND block_number >= COALESCE((SELECT f.block_number FROM submissions f
+        # Block time never decreases along the chain, so a time window is exactly a block range: its
+        # ends come from the covering time index in O(log n) and the page walks a position index
+        # (a plain `submitted_at` predicate would lure the planner into sorting the whole window).
+        "since": """block_number >= COALESCE((SELECT f.block_number FROM submissions f
             WHERE f.submitted_at >= %(since)s ORDER BY f.submitted_at, f.block_number LIMIT 1), 9223372036854775807)""",
-        "until": """submitted_at < %(until)s AND block_number <= COALESCE((SELECT l.block_number FROM submissions l
+        "until": """block_number <= COALESCE((SELECT l.block_number FROM submissions l
             WHERE l.submitted_at < %(until)s ORDER BY l.submitted_at DESC, l.block_number DESC LIMIT 1), -1)""",
     },
     row=SubmissionRow,

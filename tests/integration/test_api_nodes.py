@@ -481,3 +481,54 @@ def test_serve_says_which_service_is_down(api: ApiHarness, monkeypatch, env: dic
         get_settings.cache_clear()
     assert isinstance(result.exception, ServiceUnavailable)
     assert message in str(result.exception)
+
+
+# --------------------------------------------------------------------------- worker-side client
+
+
+def test_node_api_client_round_trip(api: ApiHarness) -> None:
+    """`NodeApi` (what workers and providers use) against the real app, in-process."""
+    from proofpool.http.node_api import NodeApi
+    from proofpool.http.signed_client import ApiRefused
+
+    node, provider = actors()
+    api.add_node(node.address, provider.address)
+    api.add_pool(1, MANAGER.address)
+    api.set_chain()
+    write_address_book(api.settings.deployments_dir, POOL_CONTRACT)
+
+    def client(account) -> NodeApi:
+        wrapped = NodeApi("http://testserver", account)
+        wrapped._client._http = api.client  # TestClient is an httpx.Client that calls the app in-process
+        return wrapped
+
+    as_node, as_provider = client(node), client(provider)
+    with pytest.raises(ApiRefused) as refused:
+        as_node.heartbeat()
+    assert refused.value.error == "node_not_announced"
+    as_node.announce(provider.address, {"cores": 2}, endpoint="http://127.0.0.1:9000")
+    assert as_node.heartbeat().state == "discovered"
+
+    signed = as_provider.get_invite(node.address)
+    assert (signed.invite.pool_id, signed.invite.node, signed.manager) == (1, node.address, MANAGER.address)
+    assert (
+        recover_invite_signer(
+            {
+                "chain_id": signed.chain_id,
+                "pool_contract": signed.pool_contract,
+                "pool_id": signed.invite.pool_id,
+                "node": signed.invite.node,
+                "nonce": str(signed.invite.nonce),
+                "expiry": signed.invite.expiry,
+                "signature": "0x" + signed.invite.signature.hex(),
+            }
+        )
+        == MANAGER.address
+    )
+
+    api.add_member(1, node.address, provider.address)
+    beat = as_node.heartbeat(pool_id=1)
+    assert beat.state == "healthy" and beat.assignment is not None
+    assert beat.assignment.batch == 0 and len(beat.assignment.task_ids) == 8
+    assert as_node.heartbeat(completed=beat.assignment).assignment.batch == 1
+    assert as_node.node_status(node.address)["state"] == "healthy"

@@ -139,11 +139,17 @@ def test_fuzz_batch_equals_per_sample_and_reference(shapes, chunk_size: int, top
     assert batch == [_reference_proofs(a, chunk_size, topk) for a in acts]
 
 
-def test_batch_rejects_a_non_finite_sample_by_index() -> None:
-    acts = _samples(3, [(4, 16), (5, 16), (6, 16)])
-    acts[1][2, 3] = float("nan")
-    with pytest.raises(ToplocError, match="sample 1"):
-        build_proofs_batch(acts)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+@pytest.mark.parametrize("shape", [(4, 16), (40, 300), (1, 3)])
+def test_batch_rejects_a_non_finite_sample_by_index(bad: float, shape: tuple[int, int]) -> None:
+    """Non-finite values are found among the top-k, wherever they are and however many."""
+    gen = torch.Generator().manual_seed(3)
+    for trial in range(20):
+        acts = _samples(trial, [(4, 16), shape, (6, 16)])
+        flat = acts[1].view(-1)
+        flat[torch.randint(0, flat.numel(), (1 + trial % 3,), generator=gen)] = bad
+        with pytest.raises(ToplocError, match="sample 1"):
+            build_proofs_batch(acts)
     assert build_proofs_batch([]) == []
 
 
