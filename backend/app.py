@@ -10,9 +10,10 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
+from starlette.types import ASGIApp, Receive, Scope, Send
 
-from backend.api import health
-from backend.api.errors import install_error_handlers
+from backend.api import health, ledger, nodes, orchestrator, uploads
+from backend.api.errors import error_response, install_error_handlers
 from proofpool.config import Settings, get_settings
 from proofpool.errors import ServiceUnavailable
 
@@ -44,6 +45,23 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         await pool.close()
 
 
+class BodyLimit:
+    """Refuse a declared Content-Length over the cap before any route reads the body (413 JSON);
+    undeclared or chunked bodies are capped while read by `deps.read_body`."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app, self.max_bytes = app, max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            declared = dict(scope["headers"]).get(b"content-length")
+            if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
+                response = error_response(413, "body_too_large", f"body over {self.max_bytes} bytes")
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The backend app; routers by audience, all under /v1 except health and metrics."""
     app = FastAPI(
@@ -54,21 +72,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         generate_unique_id_function=lambda route: f"{route.tags[0]}-{route.name}" if route.tags else route.name,
     )
     app.state.settings = settings or get_settings()
+    app.add_middleware(BodyLimit, max_bytes=app.state.settings.request_max_bytes)
     install_error_handlers(app)
     app.include_router(health.router)
-    for router in _api_routers():
+    for router in (nodes.router, orchestrator.router, uploads.router, ledger.router):
         app.include_router(router, prefix=API_PREFIX)
     return app
-
-
-def _api_routers() -> list:
-    import importlib
-
-    routers = []
-    for name in ("nodes", "orchestrator", "uploads", "ledger"):
-        try:
-            routers.append(importlib.import_module(f"backend.api.{name}").router)
-        except ModuleNotFoundError as exc:
-            if exc.name != f"backend.api.{name}":
-                raise
-    return routers

@@ -254,22 +254,28 @@ def start_server(port: int, workers: int, env: dict[str, str], log: Path) -> sub
     with log.open("wb") as out:
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.time() + 60
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"backend exited with {proc.returncode}; see {log}")
-        try:
-            # a node nobody knows: 404 from the app means routes, database and Redis all answer
-            # (/healthz also wants storage and the chain, which this bench does not start)
-            if httpx.get(f"http://127.0.0.1:{port}/v1/nodes/0x{'00' * 20}", timeout=1).status_code == 404:
-                time.sleep(1.0 if workers > 1 else 0)  # let every worker finish its lifespan
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"backend did not answer within 60 s; see {log}")
+    try:
+        while time.time() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"backend exited with {proc.returncode}; see {log}")
+            try:
+                # a node nobody knows: 404 from the app means routes, database and Redis all answer
+                # (/healthz also wants storage and the chain, which this bench does not start)
+                if httpx.get(f"http://127.0.0.1:{port}/v1/nodes/0x{'00' * 20}", timeout=1).status_code == 404:
+                    time.sleep(1.0 if workers > 1 else 0)  # let every worker finish its lifespan
+                    return proc
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"backend did not answer within 60 s; see {log}")
+    except BaseException:
+        stop_server(proc)  # never leave a server behind
+        raise
 
 
 def stop_server(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
     os.killpg(proc.pid, signal.SIGINT)
     try:
         proc.wait(timeout=15)
@@ -290,6 +296,7 @@ def main() -> None:
     parser.add_argument("--connections", type=int, default=128, help="Open-loop connection pool.")
     parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes.")
     parser.add_argument("--redis-db", type=int, default=12, help="Redis db to use (flushed).")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="Where to write the JSON lines.")
     args = parser.parse_args()
 
     settings = get_settings()
@@ -345,8 +352,8 @@ def main() -> None:
             # the target is a rate *and* a latency: judged on phases that carried >= 1,000/s
             row["target_met"] = row["heartbeats_per_s"] >= TARGET_RPS * 0.98 and row["p99_ms"] <= TARGET_P99_MS
             print(json.dumps(row))
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text("".join(json.dumps(row) + "\n" for row in rows))
+        args.results.parent.mkdir(parents=True, exist_ok=True)
+        args.results.write_text("".join(json.dumps(row) + "\n" for row in rows))
     finally:
         if proc is not None:
             stop_server(proc)

@@ -17,7 +17,8 @@ from proofpool.config import Settings
 from proofpool.storage import ObjectStore
 
 
-def get_settings_dep(request: Request) -> Settings:
+# Plain attribute reads are `async` so FastAPI does not hop to a worker thread for them.
+async def get_settings_dep(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -28,7 +29,7 @@ async def get_conn(request: Request) -> AsyncIterator[AsyncConnection]:
         yield conn
 
 
-def get_redis(request: Request) -> Redis:
+async def get_redis(request: Request) -> Redis:
     return request.app.state.redis
 
 

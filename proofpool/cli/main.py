@@ -56,13 +56,7 @@ def main(
 
 def _mount() -> None:
     for name, module, help_text in GROUPS:
-        try:
-            sub = importlib.import_module(f"proofpool.cli.{module}").app
-        except ModuleNotFoundError as exc:
-            if exc.name != f"proofpool.cli.{module}":
-                raise
-            continue
-        app.add_typer(sub, name=name, help=help_text)
+        app.add_typer(importlib.import_module(f"proofpool.cli.{module}").app, name=name, help=help_text)
 
 
 _mount()

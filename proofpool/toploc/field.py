@@ -22,7 +22,7 @@ the field. Intermediate values are "lazy": in
 from __future__ import annotations
 
 import math
-from functools import cache, lru_cache
+from functools import cache
 from typing import Final
 
 import numpy as np
@@ -143,9 +143,6 @@ def interpolate(xs: npt.ArrayLike, ys: npt.ArrayLike) -> Int64Array:
         raise ToplocError(f"xs {x.shape} and ys {y.shape} must be equal 1-D or 2-D shapes")
     squeeze = x.ndim == 1
     x, y = np.atleast_2d(x) % PRIME, np.atleast_2d(y) % PRIME
-    ordered = np.sort(x, axis=1)
-    if (ordered[:, 1:] == ordered[:, :-1]).any():
-        raise ToplocError("interpolation points repeat modulo the field prime")
     out = np.concatenate([_interpolate_block(x[rows], y[rows]) for rows in _blocks(*x.shape)])
     return out[0] if squeeze else out
 
@@ -160,7 +157,9 @@ def _interpolate_block(x: Int64Array, y: Int64Array) -> Int64Array:
     derivative = np.empty((batch, n))  # M'(X) = sum_e (e + 1) M_{e+1} X^e
     np.multiply(low[:, 1:], np.arange(1, n), out=derivative[:, : n - 1])
     derivative[:, n - 1] = n
-    slopes = _canonical(_evaluate_powers(_reduce_(derivative), baby, giant))  # M'(x_i), never 0
+    slopes = _canonical(_evaluate_powers(_reduce_(derivative), baby, giant))  # M'(x_i)
+    if not slopes.all():  # M'(x_i) = prod_{j != i} (x_i - x_j) is 0 exactly when x_i repeats
+        raise ToplocError("interpolation points repeat modulo the field prime")
     z = _reduce_(y * inverse_table()[slopes].astype(np.float64))
     giant *= z
     _reduce_(giant)
@@ -261,23 +260,11 @@ def _powers(q: Float64Array, count: int) -> Float64Array:
 
 
 def _powers_for(q: Int64Array, n: int) -> tuple[Float64Array, Float64Array]:
-    """Baby steps q^s [S, batch, k] and giant steps (q^S)^a [A, batch, k] for degree < n, looked
-    up in `_power_tables` (q in [0, p))."""
-    baby, giant = _power_tables(*_split(n))
-    return np.take(baby, q, axis=1), np.take(giant, q, axis=1)
-
-
-@lru_cache(maxsize=2)
-def _power_tables(steps: int, jumps: int) -> tuple[Float64Array, Float64Array]:
-    """x^s [steps, PRIME] and (x^steps)^a [jumps, PRIME] for every field element x, built once per
-    process per shape (12 MB and a few milliseconds at 128 points): one lookup replaces a multiply
-    and a reduction per power and point."""
-    x = np.arange(PRIME, dtype=np.float64)[None, :]
-    baby = _powers(x, steps)[:, 0]
-    giant = _powers(_reduce_(baby[-1:] * x), jumps)[:, 0]
-    for table in (baby, giant):
-        table.setflags(write=False)
-    return baby, giant
+    """Baby steps q^s [S, batch, k] and giant steps (q^S)^a [A, batch, k] for degree < n (q in [0, p))."""
+    steps, jumps = _split(n)
+    qf = q.astype(np.float64)
+    baby = _powers(qf, steps)
+    return baby, _powers(_reduce_(baby[-1] * qf), jumps)
 
 
 def _evaluate_powers(coeffs: Float64Array, baby: Float64Array, giant: Float64Array) -> Float64Array:

@@ -99,6 +99,8 @@ def to_bf16(activations: torch.Tensor) -> torch.Tensor:
         raise ToplocError(f"activations must be floating point, got {activations.dtype}")
     if activations.shape[0] and activations.shape[1] == 0:
         raise ToplocError("activations have hidden size 0")
+    if activations.dtype == torch.bfloat16 and activations.device.type == "cpu" and activations.is_contiguous():
+        return activations.detach()  # the common case, with no copy
     return activations.detach().to(device="cpu", dtype=torch.bfloat16).contiguous()
 
 
@@ -124,16 +126,23 @@ def chunk_groups(
     """
     if chunk_size < 1 or topk < 1:
         raise ToplocError(f"chunk_size ({chunk_size}) and topk ({topk}) must be >= 1")
-    pieces: dict[int, list[tuple[torch.Tensor, list[tuple[int, int]]]]] = {}
+    pieces: dict[int, list[tuple[torch.Tensor, list[tuple[int, int]]]]] = {}  # entries -> [chunks, entries]
+    tails: dict[tuple[int, int], list[tuple[torch.Tensor, tuple[int, int]]]] = {}  # short last chunks by shape
     for sample, acts in enumerate(activations):
-        tokens = acts.shape[0]
+        tokens, hidden = acts.shape
         full = tokens // chunk_size
         if full:
             flat = acts[: full * chunk_size].reshape(full, -1)
             pieces.setdefault(flat.shape[1], []).append((flat, [(sample, c) for c in range(full)]))
         if tokens > full * chunk_size:
-            rest = acts[full * chunk_size :].reshape(1, -1)
-            pieces.setdefault(rest.shape[1], []).append((rest, [(sample, full)]))
+            tail = acts[full * chunk_size :] if full else acts
+            tails.setdefault(tuple(tail.shape), []).append((tail, (sample, full)))
+    for (rows, hidden), items in tails.items():  # one copy per shape instead of one view per sample
+        step = max(1, _TOPK_BATCH_ENTRIES // (rows * hidden))
+        for start in range(0, len(items), step):
+            part = items[start : start + step]
+            stacked = torch.stack([t for t, _ in part]).reshape(len(part), rows * hidden)
+            pieces.setdefault(rows * hidden, []).append((stacked, [owner for _, owner in part]))
     by_points: dict[int, list[tuple[list[tuple[int, int]], Int64Array, Int64Array]]] = {}
     for entries, parts in pieces.items():
         k = min(topk, entries)
