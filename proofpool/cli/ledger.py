@@ -296,7 +296,7 @@ def submissions(
     as_csv: CsvOption = False,
     backend_url: BackendOption = None,
 ) -> None:
-    """Submitted work in chain order of its last change, with status and block/tx of that change."""
+    """Submitted work in submission order, with its status and the block/tx of its last status change."""
     filters = {"pool_id": pool_id, "provider": provider, "node": node, "status": status, "since": since, "until": until}
     run_listing("submissions", filters, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
 
