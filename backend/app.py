@@ -25,8 +25,15 @@ API_PREFIX = "/v1"
 @asynccontextmanager
 async def lifespan(app: FastAPI) -> AsyncIterator[None]:
     settings: Settings = app.state.settings
+    # autocommit: a request is one or a few independent statements, so implicit BEGIN/COMMIT would
+    # only add two round trips to every heartbeat; a handler that needs atomicity opens
+    # `conn.transaction()` explicitly.
     pool = AsyncConnectionPool(
-        settings.database_url, min_size=settings.db_pool_min, max_size=settings.db_pool_max, open=False
+        settings.database_url,
+        min_size=settings.db_pool_min,
+        max_size=settings.db_pool_max,
+        kwargs={"autocommit": True},
+        open=False,
     )
     try:
         await pool.open(wait=True, timeout=10)

@@ -23,7 +23,7 @@ async def get_settings_dep(request: Request) -> Settings:
 
 
 async def get_conn(request: Request) -> AsyncIterator[AsyncConnection]:
-    """A pooled connection; the block commits on success and rolls back on error."""
+    """A pooled autocommit connection (see `backend.app.lifespan`)."""
     pool: AsyncConnectionPool = request.app.state.db
     async with pool.connection() as conn:
         yield conn
