@@ -301,14 +301,14 @@ def _master_lower(x: Float64Array) -> Float64Array:
         product[degree:] += a
         product[degree:] += b
         polys, degree = _reduce_(product), 2 * degree
-    factors = np.ascontiguousarray(polys.transpose(1, 2, 0))  # [batch, factor, coefficient]
+    factors = polys.transpose(1, 2, 0)  # [batch, factor, coefficient]
     while size > 1:
         size //= 2
-        a, b = factors[:, :size], factors[:, size:]
-        spectrum = np.fft.rfft(a, 2 * degree)
-        spectrum *= np.fft.rfft(b, 2 * degree)
-        product = _round_exact(np.fft.irfft(spectrum, 2 * degree))
-        product[..., degree:] += a
-        product[..., degree:] += b
+        padded = np.zeros((batch, 2 * size, 2 * degree))  # zero-padded for a linear convolution
+        padded[..., :degree] = factors
+        spectrum = np.fft.rfft(padded)
+        product = _round_exact(np.fft.irfft(spectrum[:, :size] * spectrum[:, size:], 2 * degree))
+        product[..., degree:] += factors[:, :size]
+        product[..., degree:] += factors[:, size:]
         factors, degree = _reduce_(product), 2 * degree
     return factors[:, 0, degree - n :]
