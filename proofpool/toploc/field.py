@@ -7,16 +7,17 @@ all chunks of all its samples in one pass and a verifier checks them in one pass
 Values are integers held in float64: a product of two field elements is below 2**32 and a sum of
 up to 2**20 such products stays below 2**53, so float64 matrix products (BLAS) compute them
 exactly, FFT convolutions round to them exactly (checked), and `_reduce_` brings them back into
-the field. Intermediate values are "lazy": in
-[0, p] rather than [0, p), where p stands for 0; results are canonical.
+the field. Intermediate values are "lazy", in [0, p] rather than [0, p) (p stands for 0);
+results are canonical.
 
 - `evaluate` uses baby-step giant-step: with S * A >= n, sum_e c_e x^e = sum_a (x^S)^a sum_s
   c_{S a + s} x^s, so the O(n * points) work is one small matrix product per chunk.
 - `interpolate` uses the Lagrange form. With M(X) = prod_i (X - x_i) and z_i = y_i / M'(x_i), the
   coefficients are c_t = sum_e M_{t+1+e} P_e where P_e = sum_i z_i x_i^e: M by a product tree
   (FFT convolutions), M'(x_i) by `evaluate`, P by the transposed product, c by one convolution.
-  The interpolating polynomial of degree < n is unique, so this gives the same coefficients as
-  any other method (the tests compare with textbook Lagrange and Newton interpolation).
+  It replaced Newton divided differences, whose 2 x (n - 1) sequential steps made a fixed cost
+  per call. The interpolating polynomial of degree < n is unique, so this gives the same
+  coefficients as any other method (the tests compare with textbook Lagrange and Newton).
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ cost more than the arithmetic (2,800 faults and twice the time per call on the d
 _DIRECT_DEGREE: Final = 16
 """Product-tree levels below this degree multiply directly; higher ones use FFTs."""
 _MAX_ROUNDING: Final = 0.25
-"""An FFT convolution whose outputs stray further from integers than this is refused. Its error
-bound for our sizes (n = 128 points: about 1e-3) is far below; the check costs one pass."""
+"""An FFT convolution whose outputs stray further from integers than this is refused. The error
+bound (about ||a|| ||b|| eps log N: below 1e-2 at 128 points, 0.2 at 2,048) is far below."""
 
 Int64Array = npt.NDArray[np.int64]
 Float64Array = npt.NDArray[np.float64]
@@ -150,8 +151,8 @@ def interpolate(xs: npt.ArrayLike, ys: npt.ArrayLike) -> Int64Array:
 def _interpolate_block(x: Int64Array, y: Int64Array) -> Int64Array:
     """`interpolate` for distinct points x [batch, n] and values y [batch, n], both in [0, p)."""
     batch, n = x.shape
-    if n == 0:
-        return np.zeros((batch, 0), dtype=np.int64)
+    if not batch or not n:
+        return np.zeros((batch, n), dtype=np.int64)
     baby, giant = _powers_for(x, n)
     low = _master_lower(x.astype(np.float64))  # M_0 .. M_{n-1}; M_n = 1
     derivative = np.empty((batch, n))  # M'(X) = sum_e (e + 1) M_{e+1} X^e
@@ -270,9 +271,10 @@ def _powers_for(q: Int64Array, n: int) -> tuple[Float64Array, Float64Array]:
 def _evaluate_powers(coeffs: Float64Array, baby: Float64Array, giant: Float64Array) -> Float64Array:
     """sum_e coeffs[b, e] q^e for every point, from `_powers_for` (lazy result in [0, p])."""
     steps, batch, _ = baby.shape
-    padded = np.zeros((batch, giant.shape[0] * steps))
+    jumps = giant.shape[0]
+    padded = np.zeros((batch, jumps * steps))
     padded[:, : coeffs.shape[1]] = coeffs
-    partial = _reduce_(padded.reshape(batch, -1, steps) @ baby.transpose(1, 0, 2))  # [batch, A, k]
+    partial = _reduce_(padded.reshape(batch, jumps, steps) @ baby.transpose(1, 0, 2))  # [batch, A, k]
     partial *= giant.transpose(1, 0, 2)
     return _reduce_(partial.sum(axis=1))
 

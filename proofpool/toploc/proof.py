@@ -129,7 +129,7 @@ def chunk_groups(
     pieces: dict[int, list[tuple[torch.Tensor, list[tuple[int, int]]]]] = {}  # entries -> [chunks, entries]
     tails: dict[tuple[int, int], list[tuple[torch.Tensor, tuple[int, int]]]] = {}  # short last chunks by shape
     for sample, acts in enumerate(activations):
-        tokens, hidden = acts.shape
+        tokens = acts.shape[0]
         full = tokens // chunk_size
         if full:
             flat = acts[: full * chunk_size].reshape(full, -1)

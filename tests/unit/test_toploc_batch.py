@@ -276,6 +276,9 @@ def test_evaluate_matches_horner_with_python_integers() -> None:
             assert got[b, j] == want
     assert evaluate(coeffs[0], points[0]).tolist() == got[0].tolist()
     assert evaluate(np.zeros((2, 0), dtype=np.int64), points[:2]).tolist() == [[0] * 9] * 2
+    assert evaluate(np.zeros((0, 5), dtype=np.int64), np.zeros((0, 3), dtype=np.int64)).shape == (0, 3)
+    assert interpolate(np.zeros((0, 5), dtype=np.int64), np.zeros((0, 5), dtype=np.int64)).shape == (0, 5)
+    assert interpolate(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)).shape == (0,)
 
 
 def test_batched_moduli_equal_one_by_one() -> None:
