@@ -51,8 +51,13 @@ format: setup
 demo: setup contracts
 	$(VENV)/bin/proofpool devnet chain-loop
 
+# Figures, not pass/fail: each prints JSON lines and writes bench/results/<name>.jsonl.
 bench: setup contracts
 	$(PY) bench/gas.py
+	$(PY) bench/indexer.py
+	$(PY) bench/ledger.py
+	$(PY) bench/heartbeat.py
+	$(PY) bench/toploc.py
 
 clean:
 	rm -rf contracts/build .devnet .pytest_cache
