@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -31,11 +29,9 @@ from proofpool.toploc import (
     verify_proofs_batch,
 )
 from proofpool.toploc.field import evaluate, find_injective_moduli, find_injective_modulus, interpolate
+from tests.toploc_vectors import VECTOR_DIR, VECTOR_FILES
 
-VECTOR_DIR = Path(
-    os.environ.get("PROOFPOOL_TOPLOC_VECTORS", Path(__file__).parents[2].parent / "shared" / "toploc-vectors")
-)
-VECTORS = [json.loads(p.read_text()) for p in sorted(VECTOR_DIR.glob("*.json"))]
+VECTORS = [json.loads(p.read_text()) for p in VECTOR_FILES]
 
 
 def _activations(b64: str, shape: list[int]) -> torch.Tensor:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +13,7 @@ import torch
 
 from proofpool.toploc import build_proofs, toploc_verdict, verify_proofs
 from proofpool.toploc.field import PRIME, evaluate, find_injective_modulus, interpolate, inverse_table
-
-VECTOR_DIR = Path(
-    os.environ.get("PROOFPOOL_TOPLOC_VECTORS", Path(__file__).parents[2].parent / "shared" / "toploc-vectors")
-)
-VECTOR_FILES = sorted(VECTOR_DIR.glob("*.json"))
+from tests.toploc_vectors import VECTOR_DIR, VECTOR_FILES
 
 
 def _activations(b64: str, shape: list[int]) -> torch.Tensor:
