@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import typer
 from rich.console import Console
 
 from proofpool.chain.anvil import rpc_ready, start_anvil
+from proofpool.cli.common import wait_in_foreground
 from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
 
@@ -42,14 +42,7 @@ def up(
     if detach:
         _pid_file().write_text(str(anvil.process.pid))
         return
-    console.print("Ctrl-C stops it.")
-    try:
-        while anvil.process.poll() is None:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        anvil.stop()
+    wait_in_foreground(anvil.process, anvil.stop)
 
 
 @app.command()

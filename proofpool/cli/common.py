@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import time
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -58,3 +62,21 @@ def print_json(data: Any) -> None:
         return str(value)
 
     typer.echo(json.dumps(data, indent=2, default=default))
+
+
+def wait_in_foreground(process: subprocess.Popen, stop: Callable[[], None]) -> None:
+    """Keep a service started by `... up` running until it exits, Ctrl-C or SIGTERM, then stop it
+    (so a supervisor's SIGTERM does not orphan the child)."""
+
+    def interrupt(*_: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    console.print("Ctrl-C stops it.")
+    try:
+        while process.poll() is None:
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop()

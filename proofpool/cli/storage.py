@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
@@ -12,6 +11,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from proofpool.cli.common import wait_in_foreground
 from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
 
@@ -87,14 +87,7 @@ def up(
         pid_file.write_text(str(store.pid))
         console.print(f"pid {store.pid} recorded in {pid_file}; `proofpool storage down` stops it")
         return
-    console.print("Ctrl-C stops it.")
-    try:
-        while store.process.poll() is None:
-            time.sleep(0.5)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        store.stop()
+    wait_in_foreground(store.process, store.stop)
 
 
 @app.command()
