@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import httpx
 import psycopg
@@ -81,11 +80,6 @@ FILL_ENTITIES = [
               5 * 10::numeric ^ 17, 50 * 10::numeric ^ 18, 3600, 5000, 10::numeric ^ 24, 3, sha256(int8send(p))
        FROM generate_series(1, %(pools)s) AS p""",
 ]
-
-
-def database_url_named(name: str) -> str:
-    parts = urlsplit(get_settings().database_url)
-    return urlunsplit(parts._replace(path=f"/{name}"))
 
 
 def fill(url: str, rows: int) -> dict[str, Any]:
@@ -274,7 +268,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="Keep the database (prints its URL).")
     args = parser.parse_args()
 
-    url = database_url_named(f"proofpool_bench_ledger_{uuid.uuid4().hex[:8]}")
+    url = db.with_database(get_settings().database_url, f"proofpool_bench_ledger_{uuid.uuid4().hex[:8]}")
     db.ensure_database(url)
     results: list[dict[str, Any]] = []
     server = None

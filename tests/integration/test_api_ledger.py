@@ -251,24 +251,18 @@ def test_ledger_is_public_and_documented(ledger_api):
 @pytest.fixture(scope="module")
 def chain_ledger(loop_world):
     """The chain-loop world indexed by the real indexer into a database of its own, served by the app."""
-    import uuid
 
     from fastapi.testclient import TestClient
 
     from backend.app import create_app
-    from proofpool import db
     from tests.fixtures.indexer import make_indexer
-    from tests.fixtures.ledger import database_url_named, ledger_redis_url
+    from tests.fixtures.ledger import ledger_redis_url
+    from tests.fixtures.postgres import migrated_database
 
-    url = database_url_named(f"proofpool_test_ledger_{uuid.uuid4().hex[:10]}")
-    db.ensure_database(url)
-    try:
-        db.upgrade(url)
+    with migrated_database("proofpool_test_ledger") as url:
         make_indexer(loop_world.w3, loop_world.book, url).run(once=True)
         with TestClient(create_app(Settings(DATABASE_URL=url, REDIS_URL=ledger_redis_url()))) as api:
             yield api
-    finally:
-        db.drop_database(url)
 
 
 def test_ledger_serves_what_the_indexer_read_from_the_chain(chain_ledger, loop_world):

@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,11 +25,11 @@ from redis import Redis
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error, response_schema_conformance
 
-from proofpool import db
 from proofpool.auth.signed_request import sign_request
 from proofpool.config import Settings, get_settings
 from proofpool.storage import ROLLOUT_CONTENT_TYPE, ObjectStore, put_presigned, rollout_key
 from proofpool.storage.seaweed import SeaweedProcess
+from tests.fixtures.postgres import migrated_database
 
 UPLOADS_REDIS_DB = 13
 MAX_BYTES = 64 * 1024
@@ -43,14 +42,8 @@ FILE_SHA = hashlib.sha256(FILE).hexdigest()
 
 @pytest.fixture(scope="module")
 def uploads_database_url() -> Iterator[str]:
-    base = get_settings().database_url.split("?", 1)[0]
-    url = base.rsplit("/", 1)[0] + f"/proofpool_test_uploads_{uuid.uuid4().hex[:10]}"
-    db.ensure_database(url)
-    try:
-        db.upgrade(url)
+    with migrated_database("proofpool_test_uploads") as url:
         yield url
-    finally:
-        db.drop_database(url)
 
 
 @pytest.fixture(scope="module")
