@@ -53,10 +53,8 @@ RedisDep = Annotated[Redis, Depends(get_redis)]
 
 
 async def read_body(request: Request, settings: SettingsDep) -> bytes:
-    """The raw body, refused with 413 past the configured cap (declared or actual length)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and (not declared.isdigit() or int(declared) > settings.request_max_bytes):
-        raise ApiError(413, "body_too_large", f"body over {settings.request_max_bytes} bytes")
+    """The raw body, refused with 413 once it grows past the cap (a declared Content-Length over
+    the cap never gets here: `backend.app.BodyLimit` refuses it before any route runs)."""
     body = b""
     async for chunk in request.stream():
         body += chunk
