@@ -95,6 +95,14 @@ class Settings(BaseSettings):
     dead_after: float = Field(120.0, gt=0)
     """A node whose last heartbeat is older than this is Dead and ejected from its pool."""
 
+    # --- worker (provider node) ---
+    worker_state_dir: Path = Path("~/.local/state/proofpool/worker")
+    """Journal and unsubmitted rollout files, one subdirectory per node address."""
+    checkpoint_cache_dir: Path = Path("~/.cache/proofpool/checkpoints")
+    """Verified checkpoint files, shared by workers and validators on one machine."""
+    worker_temperature: float = Field(1.0, gt=0, le=10)
+    """Sampling temperature of the rollouts (written into every row; validators divide by it)."""
+
     # --- indexer ---
     confirmations: int = Field(0, ge=0)
     """Blocks to wait before indexing a block (0 on the devnet)."""

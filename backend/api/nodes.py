@@ -62,6 +62,14 @@ class AnnouncementOut(BaseModel):
     updated_at: datetime
 
 
+class UnservableOut(BaseModel):
+    checkpoint_version: int
+    batch: int
+    reason: str
+    detail: str
+    reported_at: float
+
+
 class NodeStatusOut(BaseModel):
     """The public status of a node."""
 
@@ -76,6 +84,9 @@ class NodeStatusOut(BaseModel):
     state: NodeState | None = Field(description="None for a node that is registered but never announced.")
     pool_id: int | None
     last_heartbeat: float | None = Field(description="Unix seconds of the last heartbeat, if any.")
+    unservable: UnservableOut | None = Field(
+        None, description="The latest assignment the node reported it cannot serve (cleared when it finishes one)."
+    )
 
 
 @router.put("", response_model=AnnouncementOut)
@@ -101,4 +112,5 @@ async def get_node(
     )
     if status is None:
         raise ApiError(404, "unknown_node", f"node {node} is neither registered (as indexed) nor announced")
-    return NodeStatusOut(**status.__dict__)
+    problem = None if status.unservable is None else UnservableOut(**status.unservable.__dict__)
+    return NodeStatusOut(**{**status.__dict__, "unservable": problem})

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller
 from backend.orchestrator import heartbeat as beats
-from backend.orchestrator import invites
+from backend.orchestrator import invites, unservable
 from backend.orchestrator.states import Liveness, NodeState
 
 router = APIRouter(tags=["orchestrator"])
@@ -33,6 +33,17 @@ class CompletedBatchIn(BaseModel):
     batch: int = Field(ge=0, le=BIGINT_MAX)
 
 
+class UnservableIn(BaseModel):
+    """An assignment the node skipped, and why (e.g. `unknown_model_version`, `manifest_hash_mismatch`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    checkpoint_version: int = Field(ge=0, le=BIGINT_MAX)
+    batch: int = Field(ge=0, le=BIGINT_MAX)
+    reason: str = Field(pattern=r"^[a-z][a-z0-9_]{0,63}$", description="Reason code.")
+    detail: str = Field("", max_length=500, description="What the node saw, for operators.")
+
+
 class HeartbeatIn(BaseModel):
     """Optional facts a node reports with its heartbeat; `{}` (or no body) is a plain heartbeat."""
 
@@ -43,6 +54,9 @@ class HeartbeatIn(BaseModel):
     )
     completed: CompletedBatchIn | None = Field(
         None, description="The batch the node just finished; the next heartbeat's assignment moves past it."
+    )
+    unservable: UnservableIn | None = Field(
+        None, description="An assignment the node cannot serve; kept as its latest problem (GET /v1/nodes/{node})."
     )
 
 
@@ -97,6 +111,9 @@ async def heartbeat(
     if body.completed is not None:
         completed = beats.CompletedBatch(body.completed.checkpoint_version, body.completed.batch)
     now = time.time()
+    unservable_report = None
+    if (u := body.unservable) is not None:
+        unservable_report = unservable.UnservableReport(u.checkpoint_version, u.batch, u.reason, u.detail, now)
     result = await beats.heartbeat(
         conn,
         redis,
@@ -105,6 +122,7 @@ async def heartbeat(
         thresholds=Liveness(settings.unhealthy_after, settings.dead_after),
         pool_id=body.pool_id,
         completed=completed,
+        unservable=unservable_report,
     )
     _HEARTBEATS_BY_STATE[result.state].inc()
     assignment = None

@@ -17,9 +17,10 @@ from redis.asyncio import Redis
 
 from backend.api.errors import ApiError
 from backend.db import nodes as db
-from backend.orchestrator import liveness
+from backend.orchestrator import liveness, unservable
 from backend.orchestrator.heartbeat import not_registered
 from backend.orchestrator.states import Liveness, NodeState, latest, node_state
+from backend.orchestrator.unservable import UnservableReport
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,7 @@ class NodeStatus:
     state: NodeState | None
     pool_id: int | None
     last_heartbeat: float | None
+    unservable: UnservableReport | None
 
 
 def specs_digest(specs: dict[str, Any]) -> bytes:
@@ -96,4 +98,5 @@ async def node_status(
         state=state,
         pool_id=view.pool_id if view.membership is not None or view.blacklisted else None,
         last_heartbeat=heartbeat,
+        unservable=await unservable.latest(redis, node),
     )

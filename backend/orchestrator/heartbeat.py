@@ -15,8 +15,10 @@ from redis.asyncio import Redis
 from backend.api.errors import ApiError
 from backend.db import nodes as db
 from backend.orchestrator import liveness
+from backend.orchestrator import unservable as unservable_reports
 from backend.orchestrator.assignment import DEFAULT_ASSIGNMENT, Assignment, Checkpoint, assign
 from backend.orchestrator.states import Liveness, NodeState, node_state
+from backend.orchestrator.unservable import UnservableReport
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +58,7 @@ async def heartbeat(
     thresholds: Liveness,
     pool_id: int | None = None,
     completed: CompletedBatch | None = None,
+    unservable: UnservableReport | None = None,
 ) -> HeartbeatResult:
     """Answer the heartbeat of `node` (already authenticated as the signer)."""
     ctx = await db.heartbeat_context(conn, node, pool_id)
@@ -67,6 +70,21 @@ async def heartbeat(
         raise ApiError(403, "not_pool_member", f"node {node} is not a member of pool {pool_id}")
 
     await liveness.record_heartbeat(redis, node, now)
+    if unservable is not None:
+        await unservable_reports.record(redis, node, unservable)
+        log.warning(
+            "node cannot serve its assignment",
+            extra={
+                "pool": ctx.pool_id,
+                "node": node,
+                "version": unservable.checkpoint_version,
+                "batch": unservable.batch,
+                "reason": unservable.reason,
+                "detail": unservable.detail,
+            },
+        )
+    elif completed is not None:
+        await unservable_reports.clear(redis, node)
     state = node_state(
         membership=ctx.membership,  # type: ignore[arg-type]  # CHECK constraint limits the values
         blacklisted=ctx.blacklisted,

@@ -79,20 +79,22 @@ async def _domain(conn: AsyncConnection, settings: Settings) -> tuple[int, str]:
 async def issue_invite(
     conn: AsyncConnection,
     settings: Settings,
-    provider: str,
+    caller: str,
     node: str,
     *,
     now: int,
     pool_id: int | None = None,
     ttl: int = INVITE_TTL,
 ) -> SignedInvite:
-    """An invite for `node` asked for by `provider` (the verified signer)."""
+    """An invite for `node` asked for by `caller` (the verified signer): the node's provider, or the
+    node itself, which can then join on its own (`joinPool` takes a valid invite from anyone)."""
     manager = manager_account(settings)
     registered = await db.registered_node(conn, node)
     if registered is None or not registered.active:
         raise not_registered(node)
-    if registered.provider != provider:
-        raise ApiError(403, "not_node_provider", f"node {node} belongs to provider {registered.provider}")
+    provider = registered.provider
+    if caller not in (provider, node):
+        raise ApiError(403, "not_node_provider", f"node {node} belongs to provider {provider}")
     if not await db.is_announced(conn, node):
         raise ApiError(403, "node_not_announced", f"node {node} must announce itself with PUT /v1/nodes first")
     target = await _target_pool(conn, manager.address, pool_id)

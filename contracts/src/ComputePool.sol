@@ -512,7 +512,8 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         if (current.state == MemberState.Slashed) revert ComputePoolNodeSlashed(poolId, node);
         provider = _registry.activeNodeProvider(node);
         if (provider == address(0)) revert ComputePoolNodeInactive(node);
-        if (provider != _msgSender()) revert ComputePoolNotNodeProvider(poolId, node, _msgSender());
+        address caller = _msgSender();
+        if (caller != provider && caller != node) revert ComputePoolNotNodeProvider(poolId, node, caller);
         PoolStatus status = _pools[poolId].status;
         if (status != PoolStatus.Active) revert ComputePoolNotActive(poolId, status);
         if (current.state == MemberState.Active) revert ComputePoolAlreadyMember(poolId, node);

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import signal
-import sys
 import threading
 from typing import Annotated
 
 import typer
 
 from proofpool.cli.common import JsonOption, RpcOption, console, print_json
+from proofpool.cli.logs import enable_progress_logs
 from proofpool.config import get_settings
 
 app = typer.Typer(no_args_is_help=True)
@@ -19,28 +18,9 @@ DatabaseOption = Annotated[
     str | None, typer.Option("--database-url", help="PostgreSQL URL. Default: $DATABASE_URL.", show_default=False)
 ]
 
-# LogRecord attributes that are not `extra=` fields.
-_RECORD_FIELDS = set(vars(logging.LogRecord("", 0, "", 0, "", None, None))) | {"message", "asctime"}
-
-
-class KeyValueFormatter(logging.Formatter):
-    """`time level logger message key=value ...`: the `extra=` fields of a record, greppable."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        fields = " ".join(f"{k}={v}" for k, v in record.__dict__.items() if k not in _RECORD_FIELDS)
-        return f"{line} {fields}" if fields else line
-
-
 def _progress_logs() -> None:
     """Progress lines on stderr for the indexer's loggers (the CLI default level is WARNING)."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(KeyValueFormatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
-    for name in ("backend.indexer", "backend.db", "proofpool.db"):
-        logger = logging.getLogger(name)
-        logger.setLevel(min(logger.getEffectiveLevel(), logging.INFO))
-        logger.addHandler(handler)
-        logger.propagate = False
+    enable_progress_logs("backend.indexer", "backend.db", "proofpool.db")
 
 
 @app.command()

@@ -10,46 +10,28 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from eth_account import Account
-from eth_account.signers.local import LocalAccount
 from rich.console import Console
 from rich.table import Table
 
-from proofpool.chain.anvil import ANVIL_KEYS, start_anvil
-from proofpool.chain.bindings import MemberState, PoolParams, WorkStatus, reason_text
+from proofpool.chain.anvil import start_anvil
+from proofpool.chain.bindings import MemberState, WorkStatus, reason_text
 from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import deploy_contracts, grant_validator, write_address_book
+from proofpool.chain.deploy import deploy_contracts, write_address_book
 from proofpool.chain.errors import ContractRevert
 from proofpool.chain.events import ChainEvent
 from proofpool.chain.rpc import connect
-from proofpool.chain.signing import sign_invite, sign_node_ownership
+from proofpool.chain.signing import sign_invite
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN, format_pool
 from proofpool.config import get_settings
+from proofpool.devnet.market import Cast, devnet_pool_params, onboard_node, open_market
 from proofpool.errors import ProofpoolError
 
 DISPUTE_WINDOW = 3600
 STAKE = 200 * TOKEN
 COMPUTE_UNITS = 4
-
-
-@dataclass
-class Cast:
-    """The devnet's actors, all anvil's well-known test keys."""
-
-    admin: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[0]))
-    manager: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[1]))
-    treasury: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[2]))
-    validator: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[3]))
-    alice: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[4]))
-    bob: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[5]))
-    alice_node: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[6]))
-    bob_node: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[7]))
-
-    def names(self) -> dict[str, str]:
-        return {getattr(self, n).address: n for n in self.__dataclass_fields__}
 
 
 @dataclass(frozen=True)
@@ -69,36 +51,14 @@ def run_chain_loop(client: ChainClient, cast: Cast, say: Callable[[str], None]) 
     validator, manager = admin.as_account(cast.validator), admin.as_account(cast.manager)
 
     say("mint 10,000 POOL to the pool creator and both providers; grant the validator role")
-    for who in (cast.admin, cast.alice, cast.bob):
-        admin.token.mint(who.address, 10_000 * TOKEN)
-    grant_validator(admin.w3, TxSender(admin.w3, cast.admin), admin.book, cast.validator.address)
-
     say("create, fund (1,000 POOL) and start a pool")
-    params = PoolParams(
-        manager=cast.manager.address,
-        treasury=cast.treasury.address,
-        model_uri="devnet://tiny-llama/arithmetic-add-100",
-        reward_per_unit=TOKEN // 100,
-        validator_fee=TOKEN // 2,
-        slash_amount=50 * TOKEN,
-        dispute_window=DISPUTE_WINDOW,
-        validator_slash_share_bps=5_000,
-    )
-    pool_id, _ = admin.pool.create_pool(params)
-    admin.token.approve(admin.pool.address, 1_000 * TOKEN)
-    admin.pool.fund_pool(pool_id, 1_000 * TOKEN)
-    admin.pool.start_pool(pool_id)
+    pool_id = open_market(admin, cast, devnet_pool_params(cast, DISPUTE_WINDOW))
 
     nodes = {}
     for provider, node in ((cast.alice, cast.alice_node), (cast.bob, cast.bob_node)):
         name = cast.names()[provider.address]
         say(f"{name}: register, stake 200 POOL, add a node with {COMPUTE_UNITS} compute units, join the pool")
-        me = admin.as_account(provider)
-        me.registry.register_provider()
-        me.token.approve(me.stake_manager.address, STAKE)
-        me.stake_manager.stake(STAKE)
-        proof = sign_node_ownership(node, provider.address, me.chain_id, me.registry.address)
-        me.registry.add_node(node.address, COMPUTE_UNITS, hashlib.sha256(b"cpu-2-cores").digest(), proof)
+        me = onboard_node(admin, provider, node, STAKE, COMPUTE_UNITS)
         expiry = admin.w3.eth.get_block("latest")["timestamp"] + 600
         invite = sign_invite(cast.manager, pool_id, node.address, 1, expiry, me.chain_id, me.pool.address)
         me.pool.join_pool(invite)

@@ -80,6 +80,33 @@ class Heartbeat:
 
 
 @dataclass(frozen=True)
+class BatchRef:
+    """Names a finished batch in a heartbeat: the checkpoint version and batch counter it had."""
+
+    checkpoint_version: int
+    batch: int
+
+
+@dataclass(frozen=True)
+class Unservable:
+    """An assignment the node skips, with a reason code for the backend's node status."""
+
+    checkpoint_version: int
+    batch: int
+    reason: str
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class UploadTicket:
+    """Where and how to PUT one rollout file (see `proofpool.storage.s3.put_presigned`)."""
+
+    url: str
+    headers: dict[str, str]
+    key: str
+
+
+@dataclass(frozen=True)
 class SignedInvite:
     """An invite and the EIP-712 domain it was signed for."""
 
@@ -103,14 +130,34 @@ class NodeApi:
             body["endpoint"] = endpoint
         return self._client.request("PUT", "/v1/nodes", json_body=body)
 
-    def heartbeat(self, pool_id: int | None = None, completed: Assignment | None = None) -> Heartbeat:
-        """Report liveness; pass the assignment just finished as `completed` to get the next batch."""
+    def heartbeat(
+        self,
+        pool_id: int | None = None,
+        completed: Assignment | BatchRef | None = None,
+        unservable: Unservable | None = None,
+    ) -> Heartbeat:
+        """Report liveness; pass the assignment just finished as `completed` to get the next batch, or
+        one it cannot serve as `unservable` (the backend keeps it as the node's latest problem)."""
         body: dict[str, Any] = {}
         if pool_id is not None:
             body["pool_id"] = pool_id
         if completed is not None:
             body["completed"] = {"checkpoint_version": completed.checkpoint_version, "batch": completed.batch}
+        if unservable is not None:
+            body["unservable"] = {
+                "checkpoint_version": unservable.checkpoint_version,
+                "batch": unservable.batch,
+                "reason": unservable.reason,
+                "detail": unservable.detail[:500],
+            }
         return Heartbeat.from_json(self._client.request("POST", "/v1/heartbeat", json_body=body))
+
+    def request_upload(self, pool_id: int, sha256: bytes, size: int) -> UploadTicket:
+        """A presigned PUT for this node's rollout file (`POST /v1/uploads`)."""
+        data = self._client.request(
+            "POST", "/v1/uploads", json_body={"pool_id": pool_id, "sha256": sha256.hex(), "size": size}
+        )
+        return UploadTicket(url=data["url"], headers=dict(data["headers"]), key=data["key"])
 
     def get_invite(self, node: str, pool_id: int | None = None) -> SignedInvite:
         """An invite for `node` (this client must be signed by its provider), ready for `join_pool`."""

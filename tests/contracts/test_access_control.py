@@ -103,7 +103,7 @@ CASES = [
     Restricted("ComputePool.leavePool", lambda w: w.c.pool.functions.leavePool(POOL_ID, w.node1.address),
                ("provider",), lambda w, a: ("ComputePoolNotNodeProvider", (POOL_ID, w.node1.address, a.address))),
     Restricted("ComputePool.joinPool", _join_node3,
-               ("provider",), lambda w, a: ("ComputePoolNotNodeProvider", (POOL_ID, w.node3.address, a.address))),
+               ("provider", "node3"), lambda w, a: ("ComputePoolNotNodeProvider", (POOL_ID, w.node3.address, a.address))),
     Restricted("ComputePool.submitWork",
                lambda w: w.c.pool.functions.submitWork(POOL_ID, w.node1.address, work_key("s"), 1, 1),
                ("node1",), lambda w, a: ("ComputePoolCallerNotNode", (w.node1.address, a.address))),

@@ -354,6 +354,12 @@ class TestJoin:
         with expect_revert("ComputePoolNodeInactive", world.spare_node.address):
             world.c.join(world.provider, world.manager, POOL_ID, world.spare_node, 7, FAR)
 
+    def test_the_node_may_join_itself_under_its_provider(self, world: World) -> None:
+        receipt = world.c.join(world.node3, world.manager, POOL_ID, world.node3, 7, FAR)
+        joined = world.c.event(receipt, "NodeJoined")
+        assert (joined["node"], joined["provider"]) == (world.node3.address, world.provider.address)
+        assert world.c.member(POOL_ID, world.node3)[:2] == (world.provider.address, MEMBER_ACTIVE)
+
     def test_only_the_nodes_provider_may_join_it(self, world: World) -> None:
         with expect_revert("ComputePoolNotNodeProvider", POOL_ID, world.node3.address, world.provider2.address):
             world.c.join(world.provider2, world.manager, POOL_ID, world.node3, 7, FAR)

@@ -277,6 +277,8 @@ def test_provider_gets_a_manager_signed_invite_once(api: ApiHarness) -> None:
     assert invite["expiry"] > time.time() + 1800
     again = api.signed(provider, "GET", f"/v1/invites/{node.address}?pool_id=1").json()
     assert again == invite  # no new nonce for a repeated request
+    by_node = api.signed(node, "GET", f"/v1/invites/{node.address}").json()
+    assert by_node == invite  # the node may fetch its own invite and join by itself
 
 
 def test_invite_expiry_follows_chain_time_when_it_runs_ahead(api: ApiHarness) -> None:
@@ -289,7 +291,7 @@ def test_invite_expiry_follows_chain_time_when_it_runs_ahead(api: ApiHarness) ->
 @pytest.mark.parametrize(
     "setup, status, error",
     [
-        ("node_signs", 403, "not_node_provider"),
+        ("stranger_signs", 403, "not_node_provider"),
         ("member", 403, "already_member"),
         ("banned", 403, "node_banned"),
         ("slashed", 403, "node_slashed"),
@@ -304,8 +306,8 @@ def test_invite_expiry_follows_chain_time_when_it_runs_ahead(api: ApiHarness) ->
 def test_invite_refusals(api: ApiHarness, setup: str, status: int, error: str) -> None:
     node, provider = invite_ready(api)
     signer, pool_id = provider, 1
-    if setup == "node_signs":
-        signer = node
+    if setup == "stranger_signs":
+        signer = Account.create()
     elif setup in ("member", "banned", "slashed"):
         state = {"member": "active", "banned": "left", "slashed": "slashed"}[setup]
         api.add_member(1, node.address, provider.address, state, blacklisted=setup == "banned")

@@ -10,7 +10,8 @@ from proofpool.chain.deploy import deploy_contracts
 from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
-from proofpool.devnet.chain_loop import Cast, balances_table, events_table, run_chain_loop
+from proofpool.devnet.chain_loop import balances_table, events_table, run_chain_loop
+from proofpool.devnet.market import Cast
 
 
 def test_chain_loop_slashes_the_cheater_and_pays_the_honest_provider(anvil):

@@ -421,7 +421,7 @@ interface IComputePool {
     function closePool(uint256 poolId) external;
 
     /// @notice Joins `node` to `poolId` with an invite signed by the pool manager. The caller must be the
-    /// node's provider in the registry. Checked in order: expiry, single use, signer, blacklist and
+    /// node's provider in the registry or the node itself (a worker joins on its own). Checked in order: expiry, single use, signer, blacklist and
     /// slash, registry, pool status, membership. Emits {NodeJoined}.
     /// @param poolId The pool.
     /// @param node The node.

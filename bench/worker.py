@@ -1,0 +1,207 @@
+"""A worker's end-to-end tokens/s against the bare engine's on the same batches.
+
+The market runs for real: anvil, PostgreSQL (a fresh `proofpool_bench_worker_<random>`
+database), Redis db 9, SeaweedFS, the indexer and the backend as processes. One node works
+in this process (`WorkerNode`, the code behind `proofpool worker run`) for `--batches` + 1
+batches; the first one absorbs start-up (join, engine load) and is not counted. End to end is
+every completion token of batches 2.. divided by the wall time between the end of batch 1 and
+the end of the last one: heartbeats, generation, proofs, rewards, Parquet, journal fsync,
+upload URL, PUT and `submitWork` all included.
+
+Then a fresh engine on the same model generates exactly the same requests (the assignment is a
+pure function of pool, node, version and batch), timed alone ("bare"), and once more with the
+proof and file step ("generate + prove + file"), so the overhead splits into the local part and
+the network part. Target: end-to-end overhead <= 10%.
+
+Prints JSON lines and writes `bench/results/worker.jsonl`.
+Run: `.venv/bin/python bench/worker.py [--batch-size 32] [--batches 8]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import redis
+
+from backend.orchestrator.assignment import sampling_seed, task_ids
+from proofpool import db
+from proofpool.chain.units import TOKEN
+from proofpool.config import get_settings
+from proofpool.devnet.market import onboard_node
+from proofpool.devnet.stack import start_stack
+from proofpool.http.node_api import NodeApi
+from proofpool.model.cache import ensure_devnet_model
+from proofpool.rollout import RolloutFileMeta
+from proofpool.storage.s3 import ObjectStore
+from proofpool.storage.seaweed import start_seaweed
+from worker.console import WorkerConsole
+from worker.engine import InferenceEngine
+from worker.node import WorkerConfig, WorkerNode
+from worker.retry import Backoff
+from worker.rollout import generate_rollout_file, plan_batch
+
+RESULTS = Path(__file__).resolve().parent / "results" / "worker.jsonl"
+TARGET_OVERHEAD = 0.10
+REDIS_DB = 9
+GROUP_SIZE = 8
+MAX_TOKENS = 8
+TEMPERATURE = 1.0
+
+
+class TimedConsole(WorkerConsole):
+    """The worker's console, also noting when each batch ended and how many tokens it had."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.ends: list[tuple[float, int, int]] = []  # (monotonic end, batch, tokens)
+
+    def batch_done(self, pool_id, batch, samples, tokens, seconds, work_key, tx) -> None:  # type: ignore[override]
+        self.ends.append((time.monotonic(), batch, tokens))
+        super().batch_done(pool_id, batch, samples, tokens, seconds, work_key, tx)
+
+
+def run_worker(stack, node, batch_size: int, batches: int, state_dir: Path) -> TimedConsole:
+    with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO pool_assignment_config (pool_id, batch_size, group_size, max_tokens) VALUES (%s, %s, %s, %s)",
+            (stack.pool_id, batch_size, GROUP_SIZE, MAX_TOKENS),
+        )
+    settings = get_settings().model_copy(
+        update={
+            "s3_endpoint_url": stack.env["S3_ENDPOINT_URL"],
+            "s3_bucket": stack.env["PROOFPOOL_S3_BUCKET"],
+            "s3_access_key": stack.env["AWS_ACCESS_KEY_ID"],
+            "s3_secret_key": stack.env["AWS_SECRET_ACCESS_KEY"],
+        }
+    )
+    config = WorkerConfig(
+        pool_id=stack.pool_id,
+        state_dir=state_dir / "journal",
+        checkpoint_cache_dir=state_dir / "checkpoints",
+        temperature=TEMPERATURE,
+        max_batches=batches + 1,
+        idle_interval=0.2,
+        backoff=Backoff(initial=0.2),
+    )
+    console = TimedConsole(node.address, stack.backend_url, ledger_every=3600)
+    with NodeApi(stack.backend_url, node) as api:
+        client = stack.admin.as_account(node)
+        WorkerNode(config, node, client, api, lambda: ObjectStore.from_settings(settings), console).run()
+    return console
+
+
+def time_engine(node: str, pool_id: int, batch_ids: list[int], batch_size: int) -> dict[str, float]:
+    """Bare generation, then generation + proofs + file, of exactly the worker's batches."""
+    plans = []
+    for batch in batch_ids:
+        tasks = task_ids(pool_id, node, 0, batch, batch_size)
+        seed = sampling_seed(pool_id, node, 0, batch)
+        plans.append((tasks, seed))
+    with InferenceEngine(ensure_devnet_model(progress=None)) as engine:
+        engine.generate(
+            plan_batch(
+                plans[0][0],
+                group_size=GROUP_SIZE,
+                sampling_seed=plans[0][1],
+                temperature=TEMPERATURE,
+                max_tokens=MAX_TOKENS,
+            ).requests
+        )  # warm-up
+        tokens, bare = 0, 0.0
+        for tasks, seed in plans:
+            plan = plan_batch(
+                tasks, group_size=GROUP_SIZE, sampling_seed=seed, temperature=TEMPERATURE, max_tokens=MAX_TOKENS
+            )
+            started = time.perf_counter()
+            generations = engine.generate(plan.requests)
+            bare += time.perf_counter() - started
+            tokens += sum(len(g.completion_tokens) for g in generations)
+        local = 0.0
+        for tasks, seed in plans:
+            started = time.perf_counter()
+            generate_rollout_file(
+                engine,
+                RolloutFileMeta(pool_id, node),
+                tasks,
+                group_size=GROUP_SIZE,
+                sampling_seed=seed,
+                temperature=TEMPERATURE,
+                max_tokens=MAX_TOKENS,
+                model_version=0,
+            )
+            local += time.perf_counter() - started
+    return {"tokens": tokens, "bare_seconds": bare, "local_seconds": local}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batch-size", type=int, default=32, help="Problems per batch (x8 samples).")
+    parser.add_argument("--batches", type=int, default=8, help="Batches measured (after one warm-up batch).")
+    args = parser.parse_args()
+
+    root = Path(tempfile.mkdtemp(prefix="proofpool-bench-worker-"))
+    url = db.with_database(get_settings().database_url, f"proofpool_bench_worker_{uuid.uuid4().hex[:8]}")
+    redis_url = get_settings().redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}"
+    redis.Redis.from_url(redis_url).flushdb()
+    db.ensure_database(url)
+    rows = []
+    try:
+        db.upgrade(url)
+        with start_seaweed(root / "s3", access_key="bench", secret_key="bench-secret", bucket="bench") as store:
+            stack = start_stack(root / "stack", database_url=url, redis_url=redis_url, s3_env=store.env(), say=print)
+            try:
+                cast = stack.cast
+                onboard_node(stack.admin, cast.alice, cast.alice_node, 200 * TOKEN, compute_units=4)
+                console = run_worker(stack, cast.alice_node, args.batch_size, args.batches, root)
+            finally:
+                stack.close()
+        (first_end, _, _), *measured = console.ends
+        e2e_tokens = sum(tokens for _, _, tokens in measured)
+        e2e_seconds = measured[-1][0] - first_end
+        timed = time_engine(cast.alice_node.address, stack.pool_id, [b for _, b, _ in measured], args.batch_size)
+    finally:
+        db.drop_database(url)
+    assert timed["tokens"] == e2e_tokens, "the bare engine must generate exactly the worker's tokens"
+    bare_tps = timed["tokens"] / timed["bare_seconds"]
+    local_tps = timed["tokens"] / timed["local_seconds"]
+    e2e_tps = e2e_tokens / e2e_seconds
+    common = {
+        "batch_size": args.batch_size,
+        "group_size": GROUP_SIZE,
+        "samples_per_batch": args.batch_size * GROUP_SIZE,
+        "batches": len(measured),
+        "tokens": e2e_tokens,
+    }
+    rows = [
+        {"bench": "worker", "figure": "bare_engine_tokens_per_s", "value": round(bare_tps, 1), **common},
+        {
+            "bench": "worker",
+            "figure": "generate_prove_file_tokens_per_s",
+            "value": round(local_tps, 1),
+            "overhead": round(1 - local_tps / bare_tps, 4),
+            **common,
+        },
+        {
+            "bench": "worker",
+            "figure": "end_to_end_tokens_per_s",
+            "value": round(e2e_tps, 1),
+            "overhead": round(1 - e2e_tps / bare_tps, 4),
+            "target_overhead": TARGET_OVERHEAD,
+            "met": 1 - e2e_tps / bare_tps <= TARGET_OVERHEAD,
+            **common,
+        },
+    ]
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+if __name__ == "__main__":
+    main()

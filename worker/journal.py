@@ -1,0 +1,180 @@
+"""The worker's local journal: every finished batch, its file and how far it got.
+
+A batch is identified by what the backend assigned, (pool, checkpoint version, batch counter),
+and moves through `written -> uploaded -> submitted -> reported`. The file is made durable
+(written, fsynced, renamed) *before* its `written` row commits, and deleted only once it is
+on-chain, so a worker killed at any point finds on restart either no row (the batch is
+generated again: it was never uploaded or submitted) or a row whose file it still has.
+A batch with a row is never generated again, so the same assignment never yields two
+submissions; the submit step itself checks the chain before sending (see `worker.submit`).
+
+SQLite in WAL mode, one connection per process: the journal has one writer, the worker loop.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+
+class BatchState(StrEnum):
+    WRITTEN = "written"
+    """File on local disk, journaled; not uploaded yet."""
+    UPLOADED = "uploaded"
+    """File in the object store under its work key."""
+    SUBMITTED = "submitted"
+    """`submitWork` mined (or found on-chain after a crash); the local file may be deleted."""
+    REPORTED = "reported"
+    """The backend was told the batch is done and moved the node on."""
+    ABANDONED = "abandoned"
+    """Given up on (e.g. a permanent revert); the file is kept for the operator."""
+
+
+PENDING_STATES = (BatchState.WRITTEN, BatchState.UPLOADED)
+"""States whose file still has to reach the chain."""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS batches (
+    pool_id INTEGER NOT NULL,
+    version INTEGER NOT NULL,
+    batch INTEGER NOT NULL,
+    work_key TEXT NOT NULL UNIQUE,
+    work_units INTEGER NOT NULL,
+    samples INTEGER NOT NULL,
+    state TEXT NOT NULL,
+    tx_hash TEXT,
+    error TEXT,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    PRIMARY KEY (pool_id, version, batch)
+)"""
+
+
+@dataclass(frozen=True)
+class JournalEntry:
+    pool_id: int
+    version: int
+    batch: int
+    work_key: bytes
+    work_units: int
+    samples: int
+    state: BatchState
+    tx_hash: str | None
+    error: str | None
+
+
+class Journal:
+    """`state_dir/journal.sqlite3` plus the files in `state_dir/files/<work key hex>.parquet`."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.files_dir = self.state_dir / "files"
+        self.files_dir.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.state_dir / "journal.sqlite3", isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.execute(SCHEMA)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def file_path(self, work_key: bytes) -> Path:
+        return self.files_dir / f"{work_key.hex()}.parquet"
+
+    def record_written(
+        self, pool_id: int, version: int, batch: int, work_key: bytes, data: bytes, work_units: int, samples: int
+    ) -> JournalEntry:
+        """Make the file durable, then journal the batch as `written` (in that order)."""
+        path = self.file_path(work_key)
+        staging = path.with_suffix(".partial")
+        with open(staging, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(staging, path)
+        _fsync_dir(self.files_dir)
+        now = time.time()
+        self._db.execute(
+            "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
+            (pool_id, version, batch, work_key.hex(), work_units, samples, BatchState.WRITTEN.value, now, now),
+        )
+        entry = self.get(pool_id, version, batch)
+        assert entry is not None
+        return entry
+
+    def set_state(
+        self, entry: JournalEntry, state: BatchState, *, tx_hash: str | None = None, error: str | None = None
+    ) -> JournalEntry:
+        """Move `entry` to `state` (keeping an earlier tx hash unless a new one is given)."""
+        self._db.execute(
+            "UPDATE batches SET state = ?, tx_hash = COALESCE(?, tx_hash), error = ?, updated_at = ?"
+            " WHERE pool_id = ? AND version = ? AND batch = ?",
+            (state.value, tx_hash, error, time.time(), entry.pool_id, entry.version, entry.batch),
+        )
+        if state is BatchState.SUBMITTED:
+            self.file_path(entry.work_key).unlink(missing_ok=True)  # it is in the store and on-chain
+        updated = self.get(entry.pool_id, entry.version, entry.batch)
+        assert updated is not None
+        return updated
+
+    def read_file(self, entry: JournalEntry) -> bytes:
+        return self.file_path(entry.work_key).read_bytes()
+
+    def get(self, pool_id: int, version: int, batch: int) -> JournalEntry | None:
+        row = self._db.execute(
+            f"SELECT {_COLUMNS} FROM batches WHERE pool_id = ? AND version = ? AND batch = ?",
+            (pool_id, version, batch),
+        ).fetchone()
+        return None if row is None else _entry(row)
+
+    def in_state(self, pool_id: int, *states: BatchState) -> list[JournalEntry]:
+        """The pool's entries in any of `states`, oldest first."""
+        marks = ",".join("?" * len(states))
+        rows = self._db.execute(
+            f"SELECT {_COLUMNS} FROM batches WHERE pool_id = ? AND state IN ({marks}) ORDER BY created_at",
+            (pool_id, *(s.value for s in states)),
+        ).fetchall()
+        return [_entry(r) for r in rows]
+
+    def entries(self, pool_id: int) -> list[JournalEntry]:
+        """Every entry of the pool, oldest first."""
+        return self.in_state(pool_id, *BatchState)
+
+    def remove_orphans(self) -> int:
+        """Delete files no journal row needs (a crash between writing a file and journaling it)."""
+        needed = {
+            row[0]
+            for row in self._db.execute(
+                "SELECT work_key FROM batches WHERE state IN (?, ?, ?)",
+                (*(s.value for s in PENDING_STATES), BatchState.ABANDONED.value),
+            )
+        }
+        removed = 0
+        for path in self.files_dir.iterdir():
+            if path.suffix == ".partial" or (path.suffix == ".parquet" and path.stem not in needed):
+                path.unlink(missing_ok=True)
+                removed += 1
+        return removed
+
+
+_COLUMNS = "pool_id, version, batch, work_key, work_units, samples, state, tx_hash, error"
+
+
+def _entry(row: tuple) -> JournalEntry:
+    pool_id, version, batch, work_key, units, samples, state, tx_hash, error = row
+    return JournalEntry(
+        pool_id, version, batch, bytes.fromhex(work_key), units, samples, BatchState(state), tx_hash, error
+    )
+
+
+def _fsync_dir(path: Path) -> None:
+    """Persist a rename: the directory entry must reach the disk too."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,116 @@
+"""Which local model directory serves an assignment, and the engine running it.
+
+An assignment names a checkpoint version and the manifest hash the backend indexed. The worker
+trusts neither: it reads the manifest hash the chain recorded for that pool and version, refuses
+the assignment if the two differ, and lets `proofpool.checkpoint` download only the files it
+lacks and check each file's sha256 against the manifest. Version 0 without a manifest is the
+pool's base model (`proofpool.model.base`). Anything it cannot serve becomes `Unservable` with a
+reason code, which the node reports in its next heartbeat.
+
+The engine is rebuilt (hot reload) when the directory changes; the old one is shut down first
+so two KV caches never coexist.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from proofpool.chain.client import ChainClient
+from proofpool.checkpoint import CheckpointError, ensure_checkpoint, onchain_manifest_sha256
+from proofpool.errors import ProofpoolError
+from proofpool.http.node_api import Assignment
+from proofpool.model.base import UnknownBaseModel, resolve_base_model
+from proofpool.storage.s3 import ObjectStore
+from worker.engine import EngineConfig, InferenceEngine
+
+log = logging.getLogger(__name__)
+
+
+class Unservable(ProofpoolError):
+    """This node cannot serve the assignment; `reason` is the code it reports to the backend."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        self.reason, self.detail = reason, detail
+        super().__init__(f"{reason}: {detail}")
+
+
+class ModelResolver:
+    """Maps an assignment's (version, manifest hash) to a verified local model directory."""
+
+    def __init__(
+        self,
+        client: ChainClient,
+        store: Callable[[], ObjectStore],
+        cache_dir: Path,
+        base_model: Path | None = None,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        self._client = client
+        self._store = store
+        self._cache_dir = cache_dir
+        self._base_model = base_model
+        self._progress = progress
+        self._resolved: dict[tuple[int, int, bytes | None], Path] = {}
+
+    def resolve(self, a: Assignment) -> Path:
+        """The model directory for `a`; raises `Unservable` with a reason code."""
+        key = (a.pool_id, a.checkpoint_version, a.manifest_sha256)
+        if key not in self._resolved:
+            self._resolved[key] = self._resolve(a)
+        return self._resolved[key]
+
+    def _resolve(self, a: Assignment) -> Path:
+        if a.manifest_sha256 is None:
+            if a.checkpoint_version != 0:
+                raise Unservable("unknown_model_version", f"version {a.checkpoint_version} comes without a manifest")
+            pool = self._client.pool.get_pool(a.pool_id)
+            try:
+                return resolve_base_model(pool.model_uri, self._base_model, self._progress)
+            except UnknownBaseModel as exc:
+                raise Unservable("unknown_base_model", str(exc)) from exc
+        on_chain = onchain_manifest_sha256(self._client, a.pool_id, a.checkpoint_version)
+        if on_chain is None:
+            raise Unservable(
+                "unknown_model_version", f"pool {a.pool_id} has no checkpoint {a.checkpoint_version} on-chain"
+            )
+        if on_chain != a.manifest_sha256:
+            raise Unservable(
+                "manifest_hash_mismatch",
+                f"assigned manifest 0x{a.manifest_sha256.hex()} but the chain has 0x{on_chain.hex()}",
+            )
+        if not a.checkpoint_uri:
+            raise Unservable("checkpoint_uri_missing", f"checkpoint {a.checkpoint_version} has no URI")
+        if self._progress:
+            self._progress(f"fetching checkpoint {a.checkpoint_version} from {a.checkpoint_uri}")
+        try:
+            return ensure_checkpoint(self._store(), a.checkpoint_uri, on_chain, self._cache_dir)
+        except CheckpointError as exc:
+            raise Unservable(exc.reason.value, exc.detail) from exc
+
+
+class EngineSlot:
+    """At most one engine at a time, rebuilt when the model directory changes."""
+
+    def __init__(self, config: EngineConfig, progress: Callable[[str], None] | None = None) -> None:
+        self._config = config
+        self._progress = progress
+        self._engine: InferenceEngine | None = None
+        self._path: Path | None = None
+
+    def get(self, path: Path) -> InferenceEngine:
+        if self._engine is not None and self._path == path:
+            return self._engine
+        self.close()
+        if self._progress:
+            self._progress(f"loading {path.name} into vLLM")
+        self._engine = InferenceEngine(path, self._config)
+        self._path = path
+        log.info("engine loaded", extra={"model": str(path), "seconds": round(self._engine.load_seconds, 1)})
+        return self._engine
+
+    def close(self) -> None:
+        if self._engine is not None:
+            self._engine.close()
+            self._engine, self._path = None, None

@@ -1,0 +1,344 @@
+"""The provider node's agent: heartbeat -> model -> generate -> journal -> upload -> submit.
+
+`WorkerNode.run()` is what `proofpool worker run` does. Before any work it checks, on-chain,
+that the node is registered and its provider has enough stake, announces the node to the
+backend and makes sure it is a member of the pool (fetching an invite and joining by itself
+unless told to wait for its provider). Then it loops, one assignment per turn:
+
+1. heartbeat (reporting the batch it just finished, or an assignment it cannot serve);
+2. resolve the assigned checkpoint to a verified local directory and (re)load the engine;
+3. generate the batch, prove, score, write the Parquet file, journal it (durable first);
+4. upload through a presigned URL and `submitWork` with the node key, each retried;
+5. on the next heartbeat, report the batch finished, which moves the assignment on.
+
+Faults: anything transient (backend, store or RPC down, a timeout) is retried with backoff and
+logged with pool, node and work key; a restarted worker finishes what its journal holds before
+new work and never generates a journaled batch again (see `worker.journal`). `stop` (set on
+SIGTERM) is checked between steps and cuts retry waits short: the current batch is finished if
+it is past generation and the services answer, else left in the journal for the next start.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eth_account.signers.local import LocalAccount
+
+from proofpool.chain.bindings import MemberState, PoolStatus
+from proofpool.chain.client import ChainClient
+from proofpool.chain.errors import ContractRevert
+from proofpool.chain.units import format_pool
+from proofpool.errors import ProofpoolError
+from proofpool.http.node_api import Assignment, BatchRef, Heartbeat, NodeApi
+from proofpool.http.node_api import Unservable as UnservableReport
+from proofpool.http.signed_client import ApiRefused
+from proofpool.rollout import RolloutFileMeta
+from proofpool.storage.s3 import ObjectStore
+from worker.console import WorkerConsole
+from worker.engine import EngineConfig
+from worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
+from worker.models import EngineSlot, ModelResolver, Unservable
+from worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
+from worker.rollout import generate_rollout_file
+from worker.submit import SubmitRefused, submit, upload
+
+log = logging.getLogger(__name__)
+
+INDEXER_LAG_ERRORS = frozenset({"node_not_registered", "node_not_announced", "chain_unknown"})
+"""Refusals that mean "the backend has not indexed the chain change yet": wait, then ask again."""
+
+JOIN_ATTEMPTS = 5
+"""`joinPool` reverts tolerated (an invite raced by a membership change) before giving up."""
+
+
+class NodeNotReady(ProofpoolError):
+    """The node cannot work for the pool (not registered, too little stake, slashed, ...)."""
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How one worker process serves one pool."""
+
+    pool_id: int
+    state_dir: Path
+    """This node's journal and unsubmitted files."""
+    checkpoint_cache_dir: Path
+    temperature: float = 1.0
+    base_model: Path | None = None
+    """Local directory of the pool's version-0 model when it is not a devnet model."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    join: bool = True
+    """Fetch an invite and join by itself; False: wait for the provider to join the node."""
+    max_batches: int | None = None
+    """Stop after submitting this many new batches (benchmarks, tests); None: run until stopped."""
+    idle_interval: float | None = None
+    """Seconds between heartbeats while there is no work; None: the backend's heartbeat interval."""
+    backoff: Backoff = field(default_factory=Backoff)
+    specs: dict[str, Any] = field(default_factory=dict)
+
+
+class WorkerNode:
+    """One node key working for one pool."""
+
+    def __init__(
+        self,
+        config: WorkerConfig,
+        account: LocalAccount,
+        client: ChainClient,
+        api: NodeApi,
+        store: Callable[[], ObjectStore],
+        console: WorkerConsole,
+        stop: threading.Event | None = None,
+    ) -> None:
+        self.config = config
+        self.node = account.address
+        self.client = client
+        self.api = api
+        self.console = console
+        self.stop = stop or threading.Event()
+        self.journal = Journal(config.state_dir)
+        self.models = ModelResolver(client, store, config.checkpoint_cache_dir, config.base_model, console.say)
+        self.engines = EngineSlot(config.engine, console.say)
+        self.submitted = 0
+        self._to_report: JournalEntry | None = None
+        self._unservable: UnservableReport | None = None
+
+    # --- start-up ---------------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Work until stopped (or `max_batches` new submissions); returns normally on stop."""
+        try:
+            provider = self.preflight()
+            self.announce(provider)
+            self.ensure_member()
+            self.resume()
+            while not self.stop.is_set() and not self._done():
+                self.turn()
+            if self._to_report is not None and not self.stop.is_set():
+                self.heartbeat()  # tell the backend about the last batch before leaving
+        except Stopped:
+            pass
+        finally:
+            self.engines.close()
+            self.journal.close()
+        self.console.say(f"stopped after {self.submitted} new submission(s)")
+
+    def preflight(self) -> str:
+        """The node's provider, after checking on-chain that the node may work for the pool."""
+        pool_id, node = self.config.pool_id, self.node
+        provider = self._chain(lambda: self.client.registry.active_node_provider(node), "registry lookup")
+        if provider is None:
+            raise NodeNotReady(
+                f"node {node} is not registered (or was removed) in the ComputeRegistry; its provider adds it "
+                f"with `proofpool provider add-node --node {node} --signature ...`"
+            )
+        stake = self.client.stake_manager
+        active, required = stake.active_stake(provider), stake.required_stake(provider)
+        if active < required:
+            raise NodeNotReady(
+                f"provider {provider} has {format_pool(active)} POOL staked but its compute units need "
+                f"{format_pool(required)}; stake more with `proofpool provider stake`"
+            )
+        if pool_id == 0 or pool_id > self.client.pool.pool_count():
+            raise NodeNotReady(f"pool {pool_id} does not exist on this chain")
+        pool = self.client.pool.get_pool(pool_id)
+        if pool.status is PoolStatus.CLOSED:
+            raise NodeNotReady(f"pool {pool_id} is closed")
+        self._check_not_barred()
+        if self.client.w3.eth.get_balance(node) == 0:
+            raise NodeNotReady(f"node {node} has no ETH to pay gas for submitWork; send it some from the provider")
+        self.console.say(f"node {node} of provider {provider}: stake {format_pool(active)} POOL, pool {pool_id} ok")
+        return provider
+
+    def announce(self, provider: str) -> None:
+        """Tell the backend about the node (waiting out indexer lag after `add-node`)."""
+        retry(
+            lambda: self.api.announce(provider=provider, specs=self.config.specs),
+            what="announce",
+            stop=self.stop,
+            backoff=self.config.backoff,
+            transient=_transient_or_lag,
+            context=self._context(),
+        )
+
+    def ensure_member(self) -> None:
+        """Become an active member of the pool: join with an invite, or wait for the provider to."""
+        pool_id = self.config.pool_id
+        reverts = 0
+        while self.client.pool.get_member(pool_id, self.node).state is not MemberState.ACTIVE:
+            self._check_not_barred()
+            if not self.config.join:
+                self.console.say(f"waiting for the provider to join node {self.node} to pool {pool_id}")
+                sleep_unless_stopped(self.stop, self.config.idle_interval or 5.0)
+                continue
+            signed = retry(
+                lambda: self.api.get_invite(self.node, pool_id),
+                what="invite",
+                stop=self.stop,
+                backoff=self.config.backoff,
+                transient=_transient_or_lag,
+                context=self._context(),
+            )
+            try:
+                invite = signed.invite
+                self._chain(lambda: self.client.pool.join_pool(invite), "joinPool")  # noqa: B023 - called here
+                self.console.say(f"joined pool {pool_id} with invite {signed.invite.nonce}")
+            except ContractRevert as revert:
+                reverts += 1
+                if reverts >= JOIN_ATTEMPTS:
+                    raise NodeNotReady(f"joinPool keeps reverting for node {self.node}: {revert}") from revert
+                log.warning("joinPool reverted, asking again: %s", revert, extra=self._context())
+                sleep_unless_stopped(self.stop, self.config.backoff.delay(reverts))
+
+    def resume(self) -> None:
+        """Finish what the journal holds from an earlier run (files not yet on-chain)."""
+        removed = self.journal.remove_orphans()
+        if removed:
+            log.info("removed %d orphaned file(s)", removed, extra=self._context())
+        for entry in self.journal.in_state(self.config.pool_id, *PENDING_STATES):
+            self.console.say(f"resuming batch {entry.batch} of v{entry.version} ({entry.state.value})")
+            self.finish(entry)
+        submitted = self.journal.in_state(self.config.pool_id, BatchState.SUBMITTED)
+        if submitted:
+            self._to_report = submitted[-1]
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    def turn(self) -> None:
+        """One heartbeat and, if it carries work, one batch."""
+        try:
+            beat = self.heartbeat()
+        except ApiRefused as refused:
+            if refused.error != "not_pool_member":
+                raise
+            # Ejected (join again), or joined moments ago and not indexed yet (wait): the chain knows.
+            self.ensure_member()
+            sleep_unless_stopped(self.stop, self.config.backoff.initial)
+            return
+        a = beat.assignment
+        if a is None:
+            self.console.say(f"node state {beat.state}: no assignment; next heartbeat in {self._idle(beat):.0f} s")
+            if beat.state in ("ejected", "banned"):
+                self.ensure_member()
+            sleep_unless_stopped(self.stop, self._idle(beat))
+            return
+        known = self.journal.get(a.pool_id, a.checkpoint_version, a.batch)
+        if known is not None:  # finished before (a restart, or a report the backend missed)
+            if known.state in PENDING_STATES:
+                self.finish(known)
+            self._to_report = known
+            return
+        try:
+            path = self.models.resolve(a)
+        except Unservable as problem:
+            self._skip(a, problem)
+            sleep_unless_stopped(self.stop, self._idle(beat))
+            return
+        engine = self.engines.get(path)
+        self.console.checkpoint(a.checkpoint_version)
+        started = time.monotonic()
+        rollout = generate_rollout_file(
+            engine,
+            RolloutFileMeta(a.pool_id, self.node),
+            a.task_ids,
+            group_size=a.group_size,
+            sampling_seed=a.sampling_seed,
+            temperature=self.config.temperature,
+            max_tokens=a.max_tokens,
+            model_version=a.checkpoint_version,
+        )
+        seconds = time.monotonic() - started
+        entry = self.journal.record_written(
+            a.pool_id, a.checkpoint_version, a.batch, rollout.sha256, rollout.data, rollout.work_units, rollout.samples
+        )
+        log.info(
+            "batch written", extra={**self._context(entry), "samples": rollout.samples, "bytes": len(rollout.data)}
+        )
+        entry = self.finish(entry)
+        if entry.state is BatchState.SUBMITTED:
+            self.submitted += 1
+            self.console.batch_done(
+                a.pool_id, a.batch, rollout.samples, rollout.work_units, seconds, rollout.sha256, entry.tx_hash
+            )
+        self._to_report = entry
+
+    def heartbeat(self) -> Heartbeat:
+        """Heartbeat, carrying the pending report; marks the reported batch once the backend took it."""
+        report, problem = self._to_report, self._unservable
+        completed = None if report is None else BatchRef(report.version, report.batch)
+        beat = retry(
+            lambda: self.api.heartbeat(self.config.pool_id, completed=completed, unservable=problem),
+            what="heartbeat",
+            stop=self.stop,
+            backoff=self.config.backoff,
+            transient=_transient_or_lag,
+            context=self._context(),
+        )
+        if report is not None:
+            if report.state is BatchState.SUBMITTED:
+                self.journal.set_state(report, BatchState.REPORTED)
+            self._to_report = None
+        self._unservable = None
+        return beat
+
+    def finish(self, entry: JournalEntry) -> JournalEntry:
+        """Upload and submit a journaled batch; abandons it (keeping the file) if the chain refuses."""
+        data = self.journal.read_file(entry)
+        if entry.state is BatchState.WRITTEN:
+            key = upload(self.api, entry, data, self.stop, self.config.backoff)
+            entry = self.journal.set_state(entry, BatchState.UPLOADED)
+            log.info("uploaded", extra={**self._context(entry), "key": key})
+        try:
+            sent = submit(self.client, entry, self.stop, self.config.backoff)
+        except SubmitRefused as refused:
+            log.error("submission abandoned: %s", refused, extra=self._context(entry))
+            self.console.say(f"[red]batch {entry.batch} abandoned[/red]: {refused}")
+            return self.journal.set_state(entry, BatchState.ABANDONED, error=str(refused))
+        log.info("submitted", extra={**self._context(entry), "tx": sent.tx_hash, "units": entry.work_units})
+        return self.journal.set_state(entry, BatchState.SUBMITTED, tx_hash=sent.tx_hash)
+
+    # --- helpers ----------------------------------------------------------------------------
+
+    def _skip(self, a: Assignment, problem: Unservable) -> None:
+        log.warning(
+            "assignment skipped: %s",
+            problem,
+            extra={**self._context(), "version": a.checkpoint_version, "batch": a.batch, "reason": problem.reason},
+        )
+        self.console.say(f"[yellow]cannot serve checkpoint {a.checkpoint_version}[/yellow]: {problem}")
+        self._unservable = UnservableReport(a.checkpoint_version, a.batch, problem.reason, problem.detail)
+
+    def _check_not_barred(self) -> None:
+        member = self.client.pool.get_member(self.config.pool_id, self.node)
+        if member.state is MemberState.SLASHED:
+            raise NodeNotReady(f"node {self.node} was slashed in pool {self.config.pool_id} and may not rejoin")
+        if member.blacklisted:
+            raise NodeNotReady(f"node {self.node} is blacklisted in pool {self.config.pool_id}")
+
+    def _chain(self, fn: Callable[[], Any], what: str) -> Any:
+        return retry(fn, what=what, stop=self.stop, backoff=self.config.backoff, context=self._context())
+
+    def _idle(self, beat: Heartbeat) -> float:
+        return self.config.idle_interval or beat.heartbeat_interval
+
+    def _done(self) -> bool:
+        return self.config.max_batches is not None and self.submitted >= self.config.max_batches
+
+    def _context(self, entry: JournalEntry | None = None) -> dict[str, Any]:
+        context: dict[str, Any] = {"pool": self.config.pool_id, "node": self.node}
+        if entry is not None:
+            context.update(work_key="0x" + entry.work_key.hex(), version=entry.version, batch=entry.batch)
+        return context
+
+
+def _transient_or_lag(exc: BaseException) -> bool:
+    """Transient failures, plus refusals that only mean the backend's indexer lags the chain."""
+    if isinstance(exc, ApiRefused) and exc.error in INDEXER_LAG_ERRORS:
+        return True
+    return is_transient(exc)
