@@ -4,6 +4,7 @@ wires routers, error handlers and a lifespan that opens the PostgreSQL pool and 
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -69,8 +70,16 @@ class BodyLimit:
         await self.app(scope, receive, send)
 
 
+SAFE_RECURSION_LIMIT = 1_000
+"""web3 imports py_ecc, which raises Python's recursion limit to 100,000. Far below that the C
+stack overflows, so `json.loads` of a deeply nested body (100 KB of `[`, well under the size cap)
+would kill the process with SIGSEGV instead of raising. At Python's default limit the parser
+raises and the request gets a 400."""
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The backend app; routers by audience, all under /v1 except health and metrics."""
+    sys.setrecursionlimit(min(sys.getrecursionlimit(), SAFE_RECURSION_LIMIT))
     app = FastAPI(
         title="proofpool backend",
         version="0.1.0",

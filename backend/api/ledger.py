@@ -22,6 +22,7 @@ from backend.api.errors import ApiError
 from backend.api.ledger_models import (
     CheckpointQuery,
     LedgerPage,
+    MembershipQuery,
     NodeQuery,
     PageQuery,
     PoolId,
@@ -38,6 +39,7 @@ from backend.db.ledger import (
     CheckpointRow,
     InvalidCursor,
     Listing,
+    MembershipRow,
     NodeRow,
     PoolRow,
     ProviderRow,
@@ -135,6 +137,12 @@ async def list_nodes(conn: Conn, query: Annotated[NodeQuery, Query()]) -> Any:
 async def list_pools(conn: Conn, query: Annotated[PoolQuery, Query()]) -> Any:
     """Pools with their terms (rewards, fees, slash amount, dispute window) and budget, by id."""
     return await _page(conn, ledger.POOLS, query)
+
+
+@router.get("/memberships", response_model=LedgerPage[MembershipRow], responses=_csv_doc(MembershipRow))
+async def list_memberships(conn: Conn, query: Annotated[MembershipQuery, Query()]) -> Any:
+    """Which nodes are (or were) in which pools, and in what state, by pool id and node."""
+    return await _page(conn, ledger.MEMBERSHIPS, query)
 
 
 @router.get("/submissions", response_model=LedgerPage[SubmissionRow], responses=_csv_doc(SubmissionRow))

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 from eth_utils import is_checksum_address, is_hex_address, to_checksum_address
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from backend.db.ledger import MAX_CURSOR_CHARS, PoolStatus, RewardKind, SubmissionStatus, VerdictKind
+from backend.db.ledger import MAX_CURSOR_CHARS, MemberState, PoolStatus, RewardKind, SubmissionStatus, VerdictKind
 
 Row = TypeVar("Row")
 
@@ -67,6 +67,17 @@ class PoolQuery(PageQuery):
     """Only pools created by this account."""
     manager: Address | None = None
     """Only pools managed by this key."""
+
+
+class MembershipQuery(PageQuery):
+    pool_id: PoolId | None = None
+    """Only this pool's members."""
+    node: Address | None = None
+    """Only this node's memberships."""
+    provider: Address | None = None
+    """Only memberships of this provider's nodes."""
+    state: MemberState | None = None
+    """Only memberships in this state."""
 
 
 class SubmissionQuery(PageQuery):

@@ -4,7 +4,7 @@ Every list is ordered by a unique, indexed key and continued from an opaque curs
 last row served (`WHERE key > cursor ORDER BY key LIMIT n`), never by OFFSET, so page 10,000 of
 a million submissions costs what page 1 costs. Event tables (submissions, verdicts, slashes,
 rewards, checkpoints) are ordered by chain position `(block_number, log_index)`; entity tables
-(providers, nodes, validators, pools) by their primary key, which never changes.
+(providers, nodes, validators, pools, memberships) by their primary key, which never changes.
 
 Submissions keep the position of their WorkSubmitted log (a status change is recorded in
 `status_block`/`status_tx_hash`), so a walk made while the indexer writes meets every row once.
@@ -33,6 +33,7 @@ SubmissionStatus = Literal["pending", "accepted", "invalid", "finalized", "forfe
 PoolStatus = Literal["created", "active", "closed"]
 VerdictKind = Literal["accepted", "invalid"]
 RewardKind = Literal["provider_reward", "validator_fee", "slash_share", "withdrawal"]
+MemberState = Literal["active", "left", "ejected", "slashed"]
 
 MAX_CURSOR_CHARS = 512
 _INT64_MAX = 2**63 - 1
@@ -113,6 +114,25 @@ class PoolRow:
     """Validator share of a slash, in basis points."""
     budget: str
     """Reward budget left (base units)."""
+    block_number: int
+    """Block of the log that last changed this row."""
+    tx_hash: str
+    """Transaction of the log that last changed this row (0x-hex)."""
+
+
+@with_config(_DOCS)
+@dataclass(frozen=True, slots=True)
+class MembershipRow:
+    pool_id: int
+    """Pool."""
+    node: str
+    """Node (checksummed)."""
+    provider: str | None
+    """Provider that joined the node; null for an address that was only blacklisted."""
+    state: MemberState | None
+    """active, left, ejected or slashed; null for an address that never joined."""
+    blacklisted: bool
+    """Whether the pool's manager blacklisted the node (it may not join again)."""
     block_number: int
     """Block of the log that last changed this row."""
     tx_hash: str
@@ -338,6 +358,21 @@ POOLS: Listing[PoolRow] = Listing(
         "manager": "manager = %(manager)s",
     },
     row=PoolRow,
+)
+
+MEMBERSHIPS: Listing[MembershipRow] = Listing(
+    name="memberships",
+    select=f"""SELECT pool_id, node, provider, state, blacklisted, block_number, {_hex("tx_hash")}
+        FROM memberships""",
+    key=("pool_id", "node"),
+    key_types=(int, str),
+    filters={
+        "pool_id": "pool_id = %(pool_id)s",
+        "node": "node = %(node)s",
+        "provider": "provider = %(provider)s",
+        "state": "state = %(state)s",
+    },
+    row=MembershipRow,
 )
 
 SUBMISSION_COLUMNS = f"""pool_id, {_hex("work_key")}, node, provider, work_units, model_version, status,

@@ -18,6 +18,7 @@ DatabaseOption = Annotated[
     str | None, typer.Option("--database-url", help="PostgreSQL URL. Default: $DATABASE_URL.", show_default=False)
 ]
 
+
 def _progress_logs() -> None:
     """Progress lines on stderr for the indexer's loggers (the CLI default level is WARNING)."""
     enable_progress_logs("backend.indexer", "backend.db", "proofpool.db")

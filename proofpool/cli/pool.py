@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 import typer
@@ -127,20 +128,80 @@ def invite(
 
 @app.command("publish-checkpoint")
 def publish_checkpoint(
-    pool_id: int = typer.Argument(..., help="Pool id."),
-    version: int = typer.Argument(..., help="Checkpoint version (strictly increasing)."),
-    manifest_sha256: str = typer.Argument(..., help="sha256 of the checkpoint manifest (hex)."),
-    uri: str = typer.Argument(..., help="Where the manifest is stored."),
+    model_dir: Path = typer.Argument(
+        ..., exists=True, file_okay=False, help="Model directory: config.json, safetensors weights, tokenizer files."
+    ),
+    pool_id: int = typer.Option(..., "--pool", min=1, help="Pool id."),
+    version: int = typer.Option(..., "--version", min=0, help="Checkpoint version (strictly increasing)."),
+    shard_mb: int = typer.Option(50, "--shard-mb", min=1, help="Largest weight shard, in MB (10^6 bytes)."),
     key: KeyOption = None,
     rpc_url: RpcOption = None,
 ) -> None:
-    """Anchor a checkpoint manifest on-chain (manager only); workers trust only anchored manifests."""
-    digest = bytes.fromhex(manifest_sha256.removeprefix("0x"))
+    """Shard MODEL_DIR, upload it to the object store and anchor its manifest on-chain (manager key).
+
+    Workers and validators load a checkpoint only when its manifest hash is the one published here.
+    """
+    from proofpool.checkpoint import publish_checkpoint as publish
+    from proofpool.storage import ObjectStore
+
+    client = signer_client(key, rpc_url)
+    published = publish(client, ObjectStore.from_settings(), pool_id, version, model_dir, shard_mb * 1_000_000)
+    manifest = published.manifest
+    console.print(f"uploaded {len(manifest.files)} files ({manifest.total_size:,} bytes) to {published.uri}")
+    console.print(f"manifest sha256 0x{published.manifest_sha256.hex()}")
+    report_tx(client, f"published checkpoint {version} of pool {pool_id}", published.receipt)
+
+
+@app.command("anchor-checkpoint")
+def anchor_checkpoint(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    version: int = typer.Argument(..., help="Checkpoint version (strictly increasing)."),
+    manifest_sha256: str = typer.Argument(..., help="sha256 of the checkpoint manifest (hex)."),
+    uri: str = typer.Argument(..., help="Where the checkpoint is stored (s3://bucket/prefix/)."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Anchor a manifest hash computed elsewhere (manager only); `publish-checkpoint` does it all."""
+    try:
+        digest = bytes.fromhex(manifest_sha256.removeprefix("0x"))
+    except ValueError as exc:
+        raise ProofpoolError("manifest sha256 must be 32 bytes of hex") from exc
     if len(digest) != 32:
         raise ProofpoolError("manifest sha256 must be 32 bytes of hex")
     client = signer_client(key, rpc_url)
     receipt = client.pool.publish_checkpoint(pool_id, version, digest, uri)
     report_tx(client, f"published checkpoint {version} of pool {pool_id}", receipt)
+
+
+@app.command()
+def checkpoint(
+    pool_id: int = typer.Option(..., "--pool", min=1, help="Pool id."),
+    version: int = typer.Option(None, "--version", min=0, help="Checkpoint version. Default: the latest."),
+    rpc_url: RpcOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Version, manifest sha256 and URI of a pool's checkpoint as published on-chain."""
+    from proofpool.checkpoint import onchain_checkpoint
+
+    client = reader_client(rpc_url)
+    if not 1 <= pool_id <= client.pool.pool_count():
+        raise ProofpoolError(f"no pool {pool_id} on chain {client.chain_id}")
+    anchored = onchain_checkpoint(client, pool_id, version)
+    if anchored is None:
+        which = "any checkpoint" if version is None else f"checkpoint {version}"
+        raise ProofpoolError(f"pool {pool_id} has not published {which} on chain {client.chain_id}")
+    data = asdict(anchored)
+    if as_json:
+        print_json(data)
+        return
+    published = datetime.fromtimestamp(anchored.published_at, UTC).isoformat(timespec="seconds")
+    console.print(f"{'pool_id':16} {anchored.pool_id}")
+    console.print(f"{'version':16} {anchored.version}")
+    console.print(f"{'manifest_sha256':16} 0x{anchored.manifest_sha256.hex()}")
+    console.print(f"{'uri':16} {anchored.uri}")
+    console.print(f"{'published_at':16} {published}")
+    if anchored.tx_hash is not None:
+        console.print(f"{'tx':16} 0x{anchored.tx_hash.hex()} in block {anchored.block_number}")
 
 
 @app.command()

@@ -1,14 +1,27 @@
-"""`proofpool provider`: what a compute provider does on-chain."""
+"""`proofpool provider`: what a compute provider does on-chain, and where it stands.
+
+`status` joins two sources: stake, unbonding and withdrawable rewards are read from the chain
+now; nodes, pool memberships, work waiting for its payout and slashes come from the backend's
+public ledger (docs/ledger.md), which is as fresh as its indexer. Without a backend the chain
+part is still shown.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import asdict
 from pathlib import Path
 
 import typer
+from eth_utils import is_address, to_checksum_address
+from rich.console import Group, RenderableType
+from rich.table import Table
+from web3.types import TxReceipt
 
-from proofpool.chain.accounts import load_account
+from proofpool.chain.accounts import account_address, load_account
+from proofpool.chain.client import ChainClient
+from proofpool.chain.errors import ContractRevert
 from proofpool.chain.signing import Invite, sign_node_ownership
 from proofpool.chain.units import format_pool, parse_pool
 from proofpool.cli.common import (
@@ -21,7 +34,16 @@ from proofpool.cli.common import (
     report_tx,
     signer_client,
 )
+from proofpool.cli.ledger import BackendOption
+from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
+from proofpool.http.ledger_client import LedgerClient
+from proofpool.standing import (
+    ChainStanding,
+    LedgerStanding,
+    read_chain_standing,
+    read_ledger_standing,
+)
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -75,8 +97,8 @@ def sign_node(
     rpc_url: RpcOption = None,
 ) -> None:
     """On the node machine: sign that this node belongs to PROVIDER (bound to this chain and registry)."""
-    client = reader_client(rpc_url)
     node = load_account(node_key)
+    client = reader_client(rpc_url)
     signature = sign_node_ownership(node, provider, client.chain_id, client.registry.address)
     print_json({"node": node.address, "provider": provider, "signature": signature})
 
@@ -129,33 +151,158 @@ def join(
 
 
 @app.command()
+def claim(key: KeyOption = None, rpc_url: RpcOption = None) -> None:
+    """Withdraw your credited rewards (paid for finalized work) to your wallet."""
+    client = signer_client(key, rpc_url)
+    try:
+        receipt = client.pool.withdraw_rewards()
+    except ContractRevert as revert:
+        if revert.name != "ComputePoolNothingToWithdraw":
+            raise
+        raise ProofpoolError(
+            f"nothing to claim: {client.address} has no credited rewards (`provider status` shows pending work)"
+        ) from None
+    amount = withdrawn_amount(client, receipt)
+    report_tx(client, f"claimed {format_pool(amount)} POOL to {client.address}", receipt)
+
+
+def withdrawn_amount(client: ChainClient, receipt: TxReceipt) -> int:
+    """What a `withdrawRewards` transaction paid the sender, from its RewardsWithdrawn event (the
+    contract's word on the amount; a balance read before or after could race other credits)."""
+    for event in client.pool.events(receipt):
+        if event.name == "RewardsWithdrawn" and event["account"] == client.address:
+            return int(event["amount"])
+    raise ProofpoolError(f"tx 0x{receipt['transactionHash'].hex()} emitted no RewardsWithdrawn for {client.address}")
+
+
+@app.command()
 def status(
-    address: str = typer.Argument(None, help="Provider address (default: the --key's address)."),
+    address: str | None = typer.Argument(
+        None, help="Provider address (default: the --key's address; no password needed).", show_default=False
+    ),
     key: KeyOption = None,
     rpc_url: RpcOption = None,
+    backend_url: BackendOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Stake, unbonding, required stake, compute units and credited rewards of a provider."""
-    client = reader_client(rpc_url)
-    address = address or load_account(key).address
-    unbonding, matures_at = client.stake_manager.unbonding(address)
-    data = {
-        "provider": address,
-        "registered": client.registry.is_provider(address),
-        "active_stake": client.stake_manager.active_stake(address),
-        "unbonding": unbonding,
-        "unbonding_matures_at": matures_at,
-        "required_stake": client.stake_manager.required_stake(address),
-        "compute_units": client.registry.provider_compute_units(address),
-        "credited_rewards": client.pool.reward_balance(address),
-        "wallet": client.token.balance_of(address),
-    }
+    """Stake, unbonding, rewards (withdrawable and pending), nodes and their pools, and slashes."""
+    if address is not None and not is_address(address):
+        raise ProofpoolError(f"not an address: {address!r} (0x and 40 hex digits)")
+    provider = to_checksum_address(address) if address else account_address(key)
+    chain = read_chain_standing(reader_client(rpc_url), provider)
+    url = backend_url or get_settings().backend_url
+    ledger: LedgerStanding | None = None
+    ledger_error: str | None = None
+    try:
+        with LedgerClient(url, timeout=10.0) as client:
+            ledger = read_ledger_standing(client, provider)
+    except ProofpoolError as exc:  # unreachable or refusing backend: the chain part still stands
+        ledger_error = str(exc)
     if as_json:
-        print_json(data)
+        print_json({**asdict(chain), "ledger": asdict(ledger) if ledger else None, "ledger_error": ledger_error})
         return
-    for name, value in data.items():
-        shown = format_pool(value) + " POOL" if name in POOL_FIELDS else value
-        console.print(f"{name:22} {shown}")
+    console.print(render_chain(chain))
+    if ledger is None:
+        console.print(
+            f"[yellow]ledger part unavailable[/yellow] (nodes, pools, pending rewards, slashes): {ledger_error}"
+        )
+        return
+    console.print(render_ledger(ledger, url))
 
 
-POOL_FIELDS = {"active_stake", "unbonding", "required_stake", "credited_rewards", "wallet"}
+def _pool(units: int) -> str:
+    return f"{format_pool(units)} POOL"
+
+
+def render_chain(chain: ChainStanding) -> Group:
+    """The chain part: a heading and a two-column table."""
+    unbonding = _pool(chain.unbonding)
+    if chain.unbonding:
+        when = "withdrawable now" if chain.unbonding_withdrawable else "withdrawable from"
+        unbonding += f", {when} {chain.unbonding_matures_at_utc} (unix {chain.unbonding_matures_at})"
+    claim = " (`provider claim` pays them out)" if chain.withdrawable_rewards else ""
+    rows = {
+        "registered": _yes(chain.registered),
+        "active stake": _pool(chain.active_stake),
+        "required stake": _pool(chain.required_stake),
+        "unbonding": unbonding,
+        "compute units": str(chain.compute_units),
+        "wallet": _pool(chain.wallet),
+        "withdrawable rewards": _pool(chain.withdrawable_rewards) + claim,
+    }
+    return Group(f"[bold]provider {chain.provider}[/bold] (chain at block {chain.block_number})", _fields(rows))
+
+
+def render_ledger(ledger: LedgerStanding, url: str) -> Group:
+    """The ledger part: totals, then a table each for unpaid work, nodes with their pools, and slashes
+    (left out when empty)."""
+    totals = {
+        "pending rewards": f"{_pool(ledger.pending_rewards)} (paid once accepted and finalized)",
+        "nodes": str(len(ledger.nodes)),
+        "slashes": f"{len(ledger.slashes)} ({_pool(ledger.slashed_total)})",
+    }
+    parts: list[RenderableType] = [
+        f"[bold]ledger[/bold] at {url} (as far as its indexer has read the chain)",
+        _fields(totals),
+    ]
+    if ledger.pending:
+        pending = _table("unpaid work", "pool", "submissions", "work units", "reward per unit (POOL)", "reward (POOL)")
+        for work in ledger.pending:
+            pending.add_row(
+                str(work.pool_id),
+                str(work.submissions),
+                str(work.work_units),
+                format_pool(work.reward_per_unit),
+                format_pool(work.reward),
+            )
+        parts.append(pending)
+    if ledger.nodes:
+        nodes = _table("nodes", "node", "compute units", "active", "attested", "pools (state)")
+        for node in ledger.nodes:
+            pools = ", ".join(
+                f"{m.pool_id} ({m.state or '-'}{', blacklisted' if m.blacklisted else ''})" for m in node.pools
+            )
+            units = "" if node.compute_units is None else str(node.compute_units)
+            nodes.add_row(node.address, units, _yes(node.active), _yes(node.attested), pools or "-")
+        parts.append(nodes)
+    if ledger.slashes:
+        slashes = _table("slashes", "pool", "work key", "node", "amount (POOL)", "reason", "block", "tx")
+        for slash in ledger.slashes:
+            slashes.add_row(
+                str(slash.pool_id),
+                _short(slash.work_key),
+                _short(slash.node or ""),
+                format_pool(slash.amount),
+                slash.reason or "?",
+                str(slash.block_number),
+                _short(slash.tx_hash),
+            )
+        parts.append(slashes)
+    return Group(*parts)
+
+
+def _fields(rows: dict[str, str]) -> Table:
+    """Name/value lines without borders."""
+    table = Table(show_header=False, box=None)
+    table.add_column(style="bold", min_width=len("withdrawable rewards"))
+    table.add_column()
+    for name, value in rows.items():
+        table.add_row(name, value)
+    return table
+
+
+def _table(title: str, *columns: str) -> Table:
+    """A titled table; counts and amounts right-aligned."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        numeric = column in ("compute units", "submissions", "work units", "block") or "POOL" in column
+        table.add_column(column, justify="right" if numeric else "left")
+    return table
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+def _short(value: str) -> str:
+    return f"{value[:8]}…{value[-4:]}" if len(value) > 14 else value

@@ -212,3 +212,26 @@ def test_refused_heartbeats_leave_no_liveness(api: ApiHarness) -> None:
     for attack in (bad_signature, wrong_address, stale_timestamp, node_of_another_pool):
         attack(api, node)
     assert api.redis.zscore("proofpool:heartbeats", node.address) is None
+
+
+DEEP_JSON_PROBE = """
+import json
+import web3  # noqa: F401 - raises the recursion limit, as in the real backend process
+from fastapi.testclient import TestClient
+from backend.app import create_app
+client = TestClient(create_app())
+reply = client.post("/v1/heartbeat", content="[" * 200_000 + "]" * 200_000,
+                    headers={"content-type": "application/json"})
+print(json.dumps([reply.status_code, reply.json()["error"]]))
+"""
+
+
+def test_deeply_nested_json_is_a_400_not_a_crashed_process() -> None:
+    """Run in a child: without the recursion guard the parser overflows the C stack (SIGSEGV)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", DEEP_JSON_PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    status, error = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (status, error) == (400, "http_error")

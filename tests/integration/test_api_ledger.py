@@ -191,6 +191,9 @@ BAD_QUERIES = [
     ("rewards", {"kind": "bonus"}),
     ("rewards", {"account": "0x"}),
     ("checkpoints", {"pool_id": "1.5"}),
+    ("memberships", {"state": "gone"}),
+    ("memberships", {"provider": "0x1234"}),
+    ("memberships", {"cursor": encode_cursor(SUBMISSIONS, (1, 0))}),
 ]
 
 
@@ -243,7 +246,9 @@ def test_unknown_submission_is_404_and_a_malformed_key_422(ledger_api, ledger_db
 def test_ledger_is_public_and_documented(ledger_api):
     schema = ledger_api.get("/openapi.json").json()
     paths = {p for p in schema["paths"] if p.startswith("/v1/ledger/")}
-    assert paths == {f"/v1/ledger/{name}" for name in LISTINGS} | {"/v1/ledger/submissions/{pool_id}/{work_key}"}
+    assert paths == {f"/v1/ledger/{name}" for name in (*LISTINGS, "memberships")} | {
+        "/v1/ledger/submissions/{pool_id}/{work_key}"
+    }
     params = {p["name"] for p in schema["paths"]["/v1/ledger/submissions"]["get"]["parameters"]}
     assert params == {"limit", "cursor", "format", "pool_id", "provider", "node", "status", "since", "until"}
 
@@ -301,6 +306,41 @@ def test_every_ledger_row_names_a_transaction_of_its_block(chain_ledger, loop_wo
             assert receipt["blockNumber"] == row["block_number"], (name, row)
             if "log_index" in row:
                 assert row["log_index"] in {log["logIndex"] for log in receipt["logs"]}, (name, row)
+
+
+def test_memberships_are_what_the_pool_contract_says(chain_ledger, loop_world):
+    """Every (pool, node) the chain loop touched, paged one row at a time, filtered, and each row
+    naming the transaction that last changed it."""
+    cast, loop, pool = loop_world.cast, loop_world.loop, loop_world.client.pool
+    rows = walk(chain_ledger, "memberships", {}, limit=1)
+    assert [(r["pool_id"], r["node"]) for r in rows] == sorted((r["pool_id"], r["node"]) for r in rows)
+    assert {(r["node"], r["provider"], r["state"], r["blacklisted"]) for r in rows} == {
+        (cast.alice_node.address, cast.alice.address, "left", False),
+        (cast.bob_node.address, cast.bob.address, "slashed", False),
+        (loop_world.stranger, None, None, True),
+    }
+    for row in rows:
+        member = pool.get_member(row["pool_id"], row["node"])
+        assert (row["state"] or "none", row["blacklisted"]) == (member.state.name.lower(), member.blacklisted)
+        receipt = loop_world.w3.eth.get_transaction_receipt(row["tx_hash"])
+        assert receipt["blockNumber"] == row["block_number"]
+
+    by_bob = walk(chain_ledger, "memberships", {"provider": cast.bob.address.lower()}, limit=10)
+    assert [(r["pool_id"], r["node"]) for r in by_bob] == [(loop.pool_id, cast.bob_node.address)]
+    assert walk(chain_ledger, "memberships", {"state": "left"}, limit=10) == [
+        r for r in rows if r["node"] == cast.alice_node.address
+    ]
+    assert walk(chain_ledger, "memberships", {"node": loop_world.stranger, "pool_id": loop.pool_id}, limit=10) == [
+        r for r in rows if r["node"] == loop_world.stranger
+    ]
+    assert walk(chain_ledger, "memberships", {"pool_id": loop_world.second_pool}, limit=10) == []
+
+    reply = chain_ledger.get("/v1/ledger/memberships", params={"format": "csv", "limit": 2})
+    lines = list(csv.reader(io.StringIO(reply.text)))
+    assert lines[0] == list(rows[0].keys())
+    assert lines[1:] == [[csv_cell(r[c]) for c in lines[0]] for r in rows[:2]]
+    json_page = chain_ledger.get("/v1/ledger/memberships", params={"limit": 2}).json()
+    assert reply.headers["x-next-cursor"] == json_page["next_cursor"] is not None
 
 
 def _ledger_fuzz_cases() -> list:

@@ -167,6 +167,33 @@ def test_member_gets_deterministic_assignment_and_batches_advance(api: ApiHarnes
     assert report(3, 0) == 1
 
 
+def test_unservable_assignment_is_kept_as_the_nodes_problem_until_it_finishes_a_batch(api: ApiHarness) -> None:
+    node, _ = member(api)
+    problem = {"checkpoint_version": 0, "batch": 0, "reason": "manifest_hash_mismatch", "detail": "chain has 0xab"}
+    beat = api.signed(node, "POST", "/v1/heartbeat", {"unservable": problem}).json()
+    assert beat["assignment"]["batch"] == 0  # advisory: the assignment stays
+    status = api.client.get(f"/v1/nodes/{node.address}").json()
+    assert {k: status["unservable"][k] for k in problem} == problem
+    assert status["unservable"]["reported_at"] > 0
+    api.signed(node, "POST", "/v1/heartbeat", {"completed": {"checkpoint_version": 0, "batch": 0}})
+    assert api.client.get(f"/v1/nodes/{node.address}").json()["unservable"] is None
+
+
+@pytest.mark.parametrize(
+    "problem",
+    [
+        {"checkpoint_version": 0, "batch": 0, "reason": "Bad Reason"},
+        {"checkpoint_version": -1, "batch": 0, "reason": "x"},
+        {"checkpoint_version": 0, "batch": 0, "reason": "x", "detail": "d" * 501},
+        {"checkpoint_version": 0, "batch": 0, "reason": "x", "extra": 1},
+    ],
+)
+def test_malformed_unservable_report_is_refused(api: ApiHarness, problem: dict) -> None:
+    node, _ = member(api)
+    reply = api.signed(node, "POST", "/v1/heartbeat", {"unservable": problem})
+    assert reply.status_code == 422, reply.text
+
+
 def test_pool_settings_override_defaults(api: ApiHarness) -> None:
     node, _ = member(api)
     api.conn.execute("INSERT INTO pool_assignment_config (pool_id, batch_size, max_tokens) VALUES (1, 3, 12)")

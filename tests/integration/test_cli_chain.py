@@ -63,7 +63,7 @@ def test_provider_and_pool_commands_walk_the_join_flow(cli, tmp_path):
     assert status["compute_units"] == 4
     assert int(status["required_stake"]) == 140 * TOKEN
 
-    cli("pool", "publish-checkpoint", "1", "1", "ab" * 32, "s3://bucket/ckpt/1/manifest.json", "--key", ADMIN)
+    cli("pool", "anchor-checkpoint", "1", "1", "ab" * 32, "s3://bucket/ckpt/1/", "--key", ADMIN)
     pool = json.loads(cli("pool", "status", "1", "--json").output)
     assert pool["status"] == "ACTIVE"
     assert int(pool["budget"]) == 100 * TOKEN

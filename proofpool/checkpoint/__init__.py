@@ -1,0 +1,60 @@
+"""Checkpoints: sharded safetensors model directories whose manifest hash is anchored on-chain.
+
+Shared by the trainer and the pool manager (write, upload, publish), workers and validators
+(fetch into a content-addressed cache, trusting only manifests the chain vouches for). See
+docs/checkpoints.md for the format, the trust chain and the cache layout.
+
+    manifest.py   the manifest: canonical JSON, strict parsing, safe file names
+    shards.py     write a model (directory or in memory) as shards + manifest
+    store.py      object-store layout and upload
+    publish.py    write + upload + `publishCheckpoint`
+    fetch.py      verified download into the local cache
+    anchor.py     what the chain recorded for a pool's checkpoints
+"""
+
+from proofpool.checkpoint.anchor import (
+    AnchoredCheckpoint,
+    ensure_published_checkpoint,
+    onchain_checkpoint,
+    onchain_manifest_sha256,
+)
+from proofpool.checkpoint.errors import CheckpointError, Reason
+from proofpool.checkpoint.fetch import FetchProgress, checkpoint_dir, ensure_checkpoint, is_complete, prune_cache
+from proofpool.checkpoint.manifest import (
+    MANIFEST_NAME,
+    SCHEMA_VERSION,
+    CheckpointManifest,
+    ShardEntry,
+    parse_manifest,
+)
+from proofpool.checkpoint.publish import PublishedCheckpoint, check_can_publish, publish_checkpoint
+from proofpool.checkpoint.shards import DEFAULT_SHARD_SIZE, write_checkpoint
+from proofpool.checkpoint.store import CheckpointLocation, checkpoint_prefix, parse_checkpoint_uri, upload_checkpoint
+
+__all__ = [
+    "DEFAULT_SHARD_SIZE",
+    "MANIFEST_NAME",
+    "SCHEMA_VERSION",
+    "AnchoredCheckpoint",
+    "CheckpointError",
+    "CheckpointLocation",
+    "CheckpointManifest",
+    "FetchProgress",
+    "PublishedCheckpoint",
+    "Reason",
+    "ShardEntry",
+    "check_can_publish",
+    "checkpoint_dir",
+    "checkpoint_prefix",
+    "ensure_checkpoint",
+    "ensure_published_checkpoint",
+    "is_complete",
+    "onchain_checkpoint",
+    "onchain_manifest_sha256",
+    "parse_checkpoint_uri",
+    "parse_manifest",
+    "prune_cache",
+    "publish_checkpoint",
+    "upload_checkpoint",
+    "write_checkpoint",
+]
