@@ -20,6 +20,12 @@ from proofpool.config import Settings
 
 VALIDATE_SUBMISSION = "validator.validate_submission"
 """Task that validates one submission. Args: `pool_id` (int), `work_key` (0x-hex str)."""
+SEND_VERDICTS = "validator.send_verdicts"
+"""Task that sends a validator's decided verdicts on-chain (no args; idempotent)."""
+VALIDATE_QUEUE = "validate"
+"""Validation tasks, consumed in parallel; the default queue of every proofpool Celery app."""
+VERDICTS_QUEUE = "verdicts"
+"""Verdict flushes, consumed by one process per validator key (one transaction sender)."""
 
 TASK_ID_NAMESPACE = uuid.UUID("5d0b4a7e-3f3c-4a55-9a55-70726f6f6670")
 """Namespace of the deterministic task ids derived from outbox dedupe keys."""
@@ -42,6 +48,10 @@ def make_celery(settings: Settings, name: str) -> Celery:
         broker_transport_options={"visibility_timeout": settings.celery_visibility_timeout},
         broker_connection_retry_on_startup=True,
         enable_utc=True,
+        task_default_queue=VALIDATE_QUEUE,
+        task_routes={SEND_VERDICTS: {"queue": VERDICTS_QUEUE}},
+        worker_send_task_events=True,  # Flower and `celery events` see every task
+        task_send_sent_event=True,
     )
     return app
 

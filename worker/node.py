@@ -235,7 +235,13 @@ class WorkerNode:
             self._to_report = known
             return
         try:
-            path = self.models.resolve(a)
+            path = retry(
+                lambda: self.models.resolve(a),
+                what="checkpoint",
+                stop=self.stop,
+                backoff=self.config.backoff,
+                context={**self._context(), "version": a.checkpoint_version},
+            )
         except Unservable as problem:
             self._skip(a, problem)
             sleep_unless_stopped(self.stop, self._idle(beat))

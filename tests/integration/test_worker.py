@@ -13,6 +13,7 @@ import signal
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from proofpool.chain.bindings import MemberState
@@ -159,3 +160,23 @@ def test_worker_picks_up_a_checkpoint_published_mid_run(
     assert set(versions[first_v1:]) == {1}, "files after the switch must all carry the new version"
     assert published.version == 1
     assert "checkpoint 1" in worker.log_path.read_text()
+
+
+def test_worker_skips_a_checkpoint_it_cannot_fetch_and_reports_why(market: Market, journal_dir: Path) -> None:
+    worker = market.spawn_worker(journal_dir, name="worker-unservable")
+    manager = market.stack.admin.as_account(market.stack.cast.manager)
+    bogus = hashlib.sha256(b"a manifest nobody uploaded").digest()
+    manager.pool.publish_checkpoint(market.pool_id, 2, bogus, f"s3://{market.bucket}/pools/1/checkpoints/2/")
+
+    def problem() -> dict | None:
+        reply = httpx.get(f"{market.stack.backend_url}/v1/nodes/{market.node}", timeout=5)
+        return reply.json()["unservable"]
+
+    reported = lambda: (problem() or {}).get("checkpoint_version") == 2  # noqa: E731
+    wait_until(reported, timeout=STARTUP, what="the unservable report", service=worker)
+    report = problem()
+    assert report is not None and report["reason"] == "manifest_missing", report
+    assert worker.alive  # skipped, not crashed
+    assert not any(e.args["modelVersion"] == 2 for e in submissions(market))
+    assert worker.stop(timeout=30) == 0, worker.log_tail()
+    assert "cannot serve checkpoint 2" in worker.log_path.read_text()
