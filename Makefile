@@ -58,6 +58,7 @@ bench: setup contracts
 	$(PY) bench/ledger.py
 	$(PY) bench/heartbeat.py
 	$(PY) bench/toploc.py
+	$(PY) -m bench.worker  # as a module: the file name would shadow the worker package
 
 clean:
 	rm -rf contracts/build .devnet .pytest_cache

@@ -14,7 +14,8 @@ proof and file step ("generate + prove + file"), so the overhead splits into the
 the network part. Target: end-to-end overhead <= 10%.
 
 Prints JSON lines and writes `bench/results/worker.jsonl`.
-Run: `.venv/bin/python bench/worker.py [--batch-size 32] [--batches 8]`.
+Run: `.venv/bin/python -m bench.worker [--batch-size 32] [--batches 8]` (as a module: run as a
+script, this file would shadow the `worker` package).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from pathlib import Path
 import psycopg
 import redis
 
-from backend.orchestrator.assignment import sampling_seed, task_ids
 from proofpool import db
+from proofpool.assignment import sampling_seed, task_ids
 from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
 from proofpool.devnet.market import onboard_node

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -102,6 +103,27 @@ class Settings(BaseSettings):
     """Verified checkpoint files, shared by workers and validators on one machine."""
     worker_temperature: float = Field(1.0, gt=0, le=10)
     """Sampling temperature of the rollouts (written into every row; validators divide by it)."""
+
+    # --- validator ---
+    validator_sample_rate: float = Field(1.0, ge=0, le=1)
+    """Fraction of submissions fully recomputed (TOPLOC + sampling); the rest get the cheap checks."""
+    validator_concurrency: int = Field(1, ge=1)
+    """Validation tasks run at once per validator (threads; the recomputation itself uses all cores)."""
+    validator_missing_grace: float = Field(600.0, gt=0)
+    """Seconds after submission a missing file is retried before it is invalidated as `missing`
+    (capped at half the pool's dispute window)."""
+    validator_lease: float = Field(900.0, gt=0)
+    """Seconds a claimed submission stays ours without a decision before another validator may take it."""
+    validator_metrics_port: int = Field(9108, ge=0, le=65535)
+    """Prometheus port of the validate worker (the verdict sender uses the next one); 0 turns it off."""
+    validator_precision: Literal["bf16", "fp32"] = "bf16"
+    """Dtype of the recomputation (bf16 matches the workers' vLLM, fp32 is slower and as strict)."""
+    async_window: int = Field(2, ge=0)
+    """Accepted model versions: the pool's latest checkpoint and the `async_window` before it."""
+    verdict_batch: int = Field(32, ge=1, le=256)
+    """Accepted keys per `attestWork` transaction."""
+    verdict_max_wait: float = Field(5.0, gt=0)
+    """Seconds an accepted key waits for its batch to fill before it is attested anyway."""
 
     # --- indexer ---
     confirmations: int = Field(0, ge=0)

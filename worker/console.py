@@ -13,8 +13,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
-import httpx
 from rich.console import Console
+
+from proofpool.errors import ProofpoolError
+from proofpool.http.ledger_client import LedgerClient
 
 LEDGER_STATUSES = ("pending", "accepted", "finalized", "invalid", "forfeited")
 
@@ -85,22 +87,11 @@ class WorkerConsole:
         if now - self._ledger_polled < self._ledger_every:
             return
         self._ledger_polled = now
-        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError):
+        with contextlib.suppress(ProofpoolError, ValueError, KeyError):
             self.stats.verdicts = ledger_status_counts(self._backend_url, self.node)
 
 
-def ledger_status_counts(backend_url: str, node: str, limit: int = 500, max_pages: int = 20) -> Counter[str]:
-    """How many of the node's submissions the ledger has in each status (at most `max_pages` pages)."""
-    counts: Counter[str] = Counter()
-    cursor = None
-    with httpx.Client(base_url=backend_url, timeout=5.0) as http:
-        for _ in range(max_pages):
-            params = {"node": node, "limit": limit, **({"cursor": cursor} if cursor else {})}
-            reply = http.get("/v1/ledger/submissions", params=params)
-            reply.raise_for_status()
-            page = reply.json()
-            counts.update(row["status"] for row in page["items"])
-            cursor = page.get("next_cursor")
-            if not cursor:
-                break
-    return counts
+def ledger_status_counts(backend_url: str, node: str) -> Counter[str]:
+    """How many of the node's submissions the public ledger has in each status."""
+    with LedgerClient(backend_url, timeout=5.0) as ledger:
+        return Counter(row["status"] for row in ledger.items("submissions", {"node": node}))

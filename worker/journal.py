@@ -1,20 +1,23 @@
 """The worker's local journal: every finished batch, its file and how far it got.
 
 A batch is identified by what the backend assigned, (pool, checkpoint version, batch counter),
-and moves through `written -> uploaded -> submitted -> reported`. The file is made durable
+and moves through `written -> uploaded -> submitted` (or `abandoned`); separately, `reported`
+says the backend was told the batch is done. The file is made durable
 (written, fsynced, renamed) *before* its `written` row commits, and deleted only once it is
 on-chain, so a worker killed at any point finds on restart either no row (the batch is
 generated again: it was never uploaded or submitted) or a row whose file it still has.
 A batch with a row is never generated again, so the same assignment never yields two
 submissions; the submit step itself checks the chain before sending (see `worker.submit`).
 
-SQLite in WAL mode, one connection per process: the journal has one writer, the worker loop.
+SQLite in WAL mode, one connection per process shared by the worker loop (which writes batches)
+and its submitter thread (which moves them on), serialized by a lock.
 """
 
 from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 import time
 from dataclasses import dataclass
 from enum import StrEnum
@@ -27,9 +30,7 @@ class BatchState(StrEnum):
     UPLOADED = "uploaded"
     """File in the object store under its work key."""
     SUBMITTED = "submitted"
-    """`submitWork` mined (or found on-chain after a crash); the local file may be deleted."""
-    REPORTED = "reported"
-    """The backend was told the batch is done and moved the node on."""
+    """`submitWork` mined (or found on-chain after a crash); the local file is deleted."""
     ABANDONED = "abandoned"
     """Given up on (e.g. a permanent revert); the file is kept for the operator."""
 
@@ -46,6 +47,7 @@ CREATE TABLE IF NOT EXISTS batches (
     work_units INTEGER NOT NULL,
     samples INTEGER NOT NULL,
     state TEXT NOT NULL,
+    reported INTEGER NOT NULL DEFAULT 0,
     tx_hash TEXT,
     error TEXT,
     created_at REAL NOT NULL,
@@ -63,6 +65,8 @@ class JournalEntry:
     work_units: int
     samples: int
     state: BatchState
+    reported: bool
+    """The backend was told this batch is done (it moves the node to the next batch)."""
     tx_hash: str | None
     error: str | None
 
@@ -74,7 +78,8 @@ class Journal:
         self.state_dir = Path(state_dir)
         self.files_dir = self.state_dir / "files"
         self.files_dir.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.state_dir / "journal.sqlite3", isolation_level=None)
+        self._lock = threading.RLock()
+        self._db = sqlite3.connect(self.state_dir / "journal.sqlite3", isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(SCHEMA)
@@ -98,10 +103,11 @@ class Journal:
         os.replace(staging, path)
         _fsync_dir(self.files_dir)
         now = time.time()
-        self._db.execute(
-            "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?)",
-            (pool_id, version, batch, work_key.hex(), work_units, samples, BatchState.WRITTEN.value, now, now),
-        )
+        with self._lock:
+            self._db.execute(
+                "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, ?, ?)",
+                (pool_id, version, batch, work_key.hex(), work_units, samples, BatchState.WRITTEN.value, now, now),
+            )
         entry = self.get(pool_id, version, batch)
         assert entry is not None
         return entry
@@ -110,34 +116,53 @@ class Journal:
         self, entry: JournalEntry, state: BatchState, *, tx_hash: str | None = None, error: str | None = None
     ) -> JournalEntry:
         """Move `entry` to `state` (keeping an earlier tx hash unless a new one is given)."""
-        self._db.execute(
-            "UPDATE batches SET state = ?, tx_hash = COALESCE(?, tx_hash), error = ?, updated_at = ?"
-            " WHERE pool_id = ? AND version = ? AND batch = ?",
-            (state.value, tx_hash, error, time.time(), entry.pool_id, entry.version, entry.batch),
-        )
+        with self._lock:
+            self._db.execute(
+                "UPDATE batches SET state = ?, tx_hash = COALESCE(?, tx_hash), error = ?, updated_at = ?"
+                " WHERE pool_id = ? AND version = ? AND batch = ?",
+                (state.value, tx_hash, error, time.time(), entry.pool_id, entry.version, entry.batch),
+            )
         if state is BatchState.SUBMITTED:
             self.file_path(entry.work_key).unlink(missing_ok=True)  # it is in the store and on-chain
         updated = self.get(entry.pool_id, entry.version, entry.batch)
         assert updated is not None
         return updated
 
+    def mark_reported(self, entry: JournalEntry) -> None:
+        """Remember that the backend took the report of `entry` (any state)."""
+        with self._lock:
+            self._db.execute(
+                "UPDATE batches SET reported = 1, updated_at = ? WHERE pool_id = ? AND version = ? AND batch = ?",
+                (time.time(), entry.pool_id, entry.version, entry.batch),
+            )
+
+    def unreported(self, pool_id: int) -> list[JournalEntry]:
+        """The pool's entries the backend was not told about, oldest first."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM batches WHERE pool_id = ? AND reported = 0 ORDER BY created_at", (pool_id,)
+            ).fetchall()
+        return [_entry(r) for r in rows]
+
     def read_file(self, entry: JournalEntry) -> bytes:
         return self.file_path(entry.work_key).read_bytes()
 
     def get(self, pool_id: int, version: int, batch: int) -> JournalEntry | None:
-        row = self._db.execute(
-            f"SELECT {_COLUMNS} FROM batches WHERE pool_id = ? AND version = ? AND batch = ?",
-            (pool_id, version, batch),
-        ).fetchone()
+        with self._lock:
+            row = self._db.execute(
+                f"SELECT {_COLUMNS} FROM batches WHERE pool_id = ? AND version = ? AND batch = ?",
+                (pool_id, version, batch),
+            ).fetchone()
         return None if row is None else _entry(row)
 
     def in_state(self, pool_id: int, *states: BatchState) -> list[JournalEntry]:
         """The pool's entries in any of `states`, oldest first."""
         marks = ",".join("?" * len(states))
-        rows = self._db.execute(
-            f"SELECT {_COLUMNS} FROM batches WHERE pool_id = ? AND state IN ({marks}) ORDER BY created_at",
-            (pool_id, *(s.value for s in states)),
-        ).fetchall()
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM batches WHERE pool_id = ? AND state IN ({marks}) ORDER BY created_at",
+                (pool_id, *(s.value for s in states)),
+            ).fetchall()
         return [_entry(r) for r in rows]
 
     def entries(self, pool_id: int) -> list[JournalEntry]:
@@ -146,13 +171,14 @@ class Journal:
 
     def remove_orphans(self) -> int:
         """Delete files no journal row needs (a crash between writing a file and journaling it)."""
-        needed = {
-            row[0]
-            for row in self._db.execute(
-                "SELECT work_key FROM batches WHERE state IN (?, ?, ?)",
-                (*(s.value for s in PENDING_STATES), BatchState.ABANDONED.value),
-            )
-        }
+        with self._lock:
+            needed = {
+                row[0]
+                for row in self._db.execute(
+                    "SELECT work_key FROM batches WHERE state IN (?, ?, ?)",
+                    (*(s.value for s in PENDING_STATES), BatchState.ABANDONED.value),
+                )
+            }
         removed = 0
         for path in self.files_dir.iterdir():
             if path.suffix == ".partial" or (path.suffix == ".parquet" and path.stem not in needed):
@@ -161,14 +187,13 @@ class Journal:
         return removed
 
 
-_COLUMNS = "pool_id, version, batch, work_key, work_units, samples, state, tx_hash, error"
+_COLUMNS = "pool_id, version, batch, work_key, work_units, samples, state, reported, tx_hash, error"
 
 
 def _entry(row: tuple) -> JournalEntry:
-    pool_id, version, batch, work_key, units, samples, state, tx_hash, error = row
-    return JournalEntry(
-        pool_id, version, batch, bytes.fromhex(work_key), units, samples, BatchState(state), tx_hash, error
-    )
+    pool_id, version, batch, work_key, units, samples, state, reported, tx_hash, error = row
+    key = bytes.fromhex(work_key)
+    return JournalEntry(pool_id, version, batch, key, units, samples, BatchState(state), bool(reported), tx_hash, error)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -5,11 +5,12 @@ that the node is registered and its provider has enough stake, announces the nod
 backend and makes sure it is a member of the pool (fetching an invite and joining by itself
 unless told to wait for its provider). Then it loops, one assignment per turn:
 
-1. heartbeat (reporting the batch it just finished, or an assignment it cannot serve);
+1. heartbeat (reporting the batch it just journaled, or an assignment it cannot serve);
 2. resolve the assigned checkpoint to a verified local directory and (re)load the engine;
 3. generate the batch, prove, score, write the Parquet file, journal it (durable first);
-4. upload through a presigned URL and `submitWork` with the node key, each retried;
-5. on the next heartbeat, report the batch finished, which moves the assignment on.
+4. hand the journaled batch to the submitter thread, which uploads it through a presigned URL
+   and sends `submitWork` with the node key (each retried) while the loop already generates the
+   next batch: network time overlaps generation instead of adding to it.
 
 Faults: anything transient (backend, store or RPC down, a timeout) is retried with backoff and
 logged with pool, node and work key; a restarted worker finishes what its journal holds before
@@ -21,6 +22,7 @@ it is past generation and the services answer, else left in the journal for the 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -53,6 +55,10 @@ log = logging.getLogger(__name__)
 INDEXER_LAG_ERRORS = frozenset({"node_not_registered", "node_not_announced", "chain_unknown"})
 """Refusals that mean "the backend has not indexed the chain change yet": wait, then ask again."""
 
+SHUTDOWN_SECONDS = 25.0
+"""How long a stopping worker lets its submitter finish (SIGTERM must end the process within 30 s)."""
+QUEUE_DEPTH = 2
+"""Journaled batches that may wait for the submitter before generation pauses."""
 JOIN_ATTEMPTS = 5
 """`joinPool` reverts tolerated (an invite raced by a membership change) before giving up."""
 
@@ -105,9 +111,11 @@ class WorkerNode:
         self.journal = Journal(config.state_dir)
         self.models = ModelResolver(client, store, config.checkpoint_cache_dir, config.base_model, console.say)
         self.engines = EngineSlot(config.engine, console.say)
+        self.generated = 0
         self.submitted = 0
         self._to_report: JournalEntry | None = None
         self._unservable: UnservableReport | None = None
+        self._submitter = Submitter(self)
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -118,15 +126,19 @@ class WorkerNode:
             self.announce(provider)
             self.ensure_member()
             self.resume()
+            self._submitter.start()
             while not self.stop.is_set() and not self._done():
+                self._submitter.raise_failure()
                 self.turn()
             if self._to_report is not None and not self.stop.is_set():
                 self.heartbeat()  # tell the backend about the last batch before leaving
         except Stopped:
             pass
         finally:
+            self._submitter.drain(timeout=SHUTDOWN_SECONDS)
             self.engines.close()
             self.journal.close()
+        self._submitter.raise_failure()
         self.console.say(f"stopped after {self.submitted} new submission(s)")
 
     def preflight(self) -> str:
@@ -204,9 +216,9 @@ class WorkerNode:
         for entry in self.journal.in_state(self.config.pool_id, *PENDING_STATES):
             self.console.say(f"resuming batch {entry.batch} of v{entry.version} ({entry.state.value})")
             self.finish(entry)
-        submitted = self.journal.in_state(self.config.pool_id, BatchState.SUBMITTED)
-        if submitted:
-            self._to_report = submitted[-1]
+        unreported = self.journal.unreported(self.config.pool_id)
+        if unreported:
+            self._to_report = unreported[-1]
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -229,9 +241,9 @@ class WorkerNode:
             sleep_unless_stopped(self.stop, self._idle(beat))
             return
         known = self.journal.get(a.pool_id, a.checkpoint_version, a.batch)
-        if known is not None:  # finished before (a restart, or a report the backend missed)
+        if known is not None:  # journaled before (a restart, or a report the backend missed)
             if known.state in PENDING_STATES:
-                self.finish(known)
+                self._submitter.put(known, None)
             self._to_report = known
             return
         try:
@@ -263,16 +275,10 @@ class WorkerNode:
         entry = self.journal.record_written(
             a.pool_id, a.checkpoint_version, a.batch, rollout.sha256, rollout.data, rollout.work_units, rollout.samples
         )
-        log.info(
-            "batch written", extra={**self._context(entry), "samples": rollout.samples, "bytes": len(rollout.data)}
-        )
-        entry = self.finish(entry)
-        if entry.state is BatchState.SUBMITTED:
-            self.submitted += 1
-            self.console.batch_done(
-                a.pool_id, a.batch, rollout.samples, rollout.work_units, seconds, rollout.sha256, entry.tx_hash
-            )
+        log.info("batch written", extra={**self._context(entry), "samples": rollout.samples, "size": len(rollout.data)})
+        self.generated += 1
         self._to_report = entry
+        self._submitter.put(entry, seconds)
 
     def heartbeat(self) -> Heartbeat:
         """Heartbeat, carrying the pending report; marks the reported batch once the backend took it."""
@@ -287,8 +293,7 @@ class WorkerNode:
             context=self._context(),
         )
         if report is not None:
-            if report.state is BatchState.SUBMITTED:
-                self.journal.set_state(report, BatchState.REPORTED)
+            self.journal.mark_reported(report)
             self._to_report = None
         self._unservable = None
         return beat
@@ -334,13 +339,90 @@ class WorkerNode:
         return self.config.idle_interval or beat.heartbeat_interval
 
     def _done(self) -> bool:
-        return self.config.max_batches is not None and self.submitted >= self.config.max_batches
+        return self.config.max_batches is not None and self.generated >= self.config.max_batches
 
     def _context(self, entry: JournalEntry | None = None) -> dict[str, Any]:
         context: dict[str, Any] = {"pool": self.config.pool_id, "node": self.node}
         if entry is not None:
             context.update(work_key="0x" + entry.work_key.hex(), version=entry.version, batch=entry.batch)
         return context
+
+
+class Submitter:
+    """The thread that uploads and submits journaled batches, one at a time, in order.
+
+    Its queue holds at most `QUEUE_DEPTH` batches: when uploads stall, generation stops after a
+    couple of batches instead of piling files up. A failure that is not transient (a bug, a store
+    that refuses the upload for good) stops the thread and is raised again in the worker loop.
+    """
+
+    def __init__(self, node: WorkerNode) -> None:
+        self._node = node
+        self._queue: queue.Queue[tuple[JournalEntry, float | None]] = queue.Queue(maxsize=QUEUE_DEPTH)
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="submitter", daemon=True)
+        self._in_flight: set[bytes] = set()
+        self._lock = threading.Lock()
+        self._failure: BaseException | None = None
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def put(self, entry: JournalEntry, generate_seconds: float | None) -> None:
+        """Queue `entry` (skipped if it is queued or being submitted already); blocks while the queue is full."""
+        with self._lock:
+            if entry.work_key in self._in_flight:
+                return
+            self._in_flight.add(entry.work_key)
+        while True:
+            self.raise_failure()
+            try:
+                self._queue.put((entry, generate_seconds), timeout=0.5)
+                return
+            except queue.Full:
+                if self._node.stop.is_set():
+                    raise Stopped("stopped while the submitter was busy") from None
+
+    def drain(self, timeout: float) -> None:
+        """Let the queued batches finish, then end the thread; past `timeout`, ask it to stop after
+        its current try (what is not submitted stays journaled for the next start)."""
+        self._closing.set()
+        if not self._thread.is_alive():
+            return
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            self._node.stop.set()
+            self._thread.join(5.0)
+
+    def raise_failure(self) -> None:
+        if self._failure is not None:
+            raise self._failure
+
+    def _run(self) -> None:
+        node = self._node
+        while True:
+            try:
+                entry, seconds = self._queue.get(timeout=0.2)
+            except queue.Empty:
+                if self._closing.is_set():  # set by `drain`, after the loop queued its last batch
+                    return
+                continue
+            try:
+                done = node.finish(entry)
+            except Stopped:
+                return  # the file stays journaled: the next start submits it
+            except BaseException as exc:  # noqa: BLE001 - handed to the worker loop, which raises it
+                self._failure = exc
+                return
+            finally:
+                with self._lock:
+                    self._in_flight.discard(entry.work_key)
+            if done.state is BatchState.SUBMITTED:
+                node.submitted += 1
+                if seconds is not None:
+                    node.console.batch_done(
+                        done.pool_id, done.batch, done.samples, done.work_units, seconds, done.work_key, done.tx_hash
+                    )
 
 
 def _transient_or_lag(exc: BaseException) -> bool:

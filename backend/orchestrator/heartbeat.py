@@ -16,9 +16,9 @@ from backend.api.errors import ApiError
 from backend.db import nodes as db
 from backend.orchestrator import liveness
 from backend.orchestrator import unservable as unservable_reports
-from backend.orchestrator.assignment import DEFAULT_ASSIGNMENT, Assignment, Checkpoint, assign
 from backend.orchestrator.states import Liveness, NodeState, node_state
 from backend.orchestrator.unservable import UnservableReport
+from proofpool.assignment import DEFAULT_ASSIGNMENT, Assignment, Checkpoint, assign
 
 log = logging.getLogger(__name__)
 

@@ -63,12 +63,15 @@ def start_stack(
     redis_url: str,
     s3_env: Mapping[str, str],
     extra_env: Mapping[str, str] | None = None,
+    dispatch: bool = False,
     say: Say = lambda _line: None,
 ) -> DevnetStack:
     """Start anvil (contracts deployed, pool 1 funded and started), the indexer and the backend.
 
     `database_url` must be migrated to head; `s3_env` points at the object store (see
     `SeaweedProcess.env`). The backend holds the pool manager's key so it can sign invites.
+    With `dispatch`, the indexer sends a validation task per submission to the Celery broker
+    (REDIS_URL), for validators to consume.
     """
     root.mkdir(parents=True, exist_ok=True)
     cast = Cast()
@@ -101,7 +104,7 @@ def start_stack(
             }
         )
         stack = DevnetStack(root, anvil, admin, cast, pool_id, env, backend_url)
-        indexer = stack.spawn("indexer", ["indexer", "run", "--no-dispatch"])
+        indexer = stack.spawn("indexer", ["indexer", "run"] if dispatch else ["indexer", "run", "--no-dispatch"])
         backend = stack.spawn(
             "backend",
             ["backend", "serve", "--no-access-log", "--log-level", "warning"],

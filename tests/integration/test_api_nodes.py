@@ -16,10 +16,10 @@ from psycopg import AsyncConnection
 from redis.asyncio import Redis as AsyncRedis
 
 from backend.orchestrator import liveness
-from backend.orchestrator.assignment import Checkpoint, assign
 from backend.orchestrator.discovery import specs_digest
 from backend.orchestrator.states import Liveness
 from backend.orchestrator.sweeper import Ejection, chain_ejector, sweep_once
+from proofpool.assignment import Checkpoint, assign
 from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
 from proofpool.chain.bindings import MemberState, PoolParams
 from proofpool.chain.client import ChainClient

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from backend.orchestrator.assignment import (
+from proofpool.assignment import (
     DEFAULT_ASSIGNMENT,
     AssignmentConfig,
     Checkpoint,

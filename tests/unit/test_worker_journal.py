@@ -43,9 +43,22 @@ def test_states_move_on_and_submission_deletes_the_local_file(tmp_path: Path) ->
     entry = journal.set_state(entry, BatchState.SUBMITTED, tx_hash="0xabc")
     assert (entry.state, entry.tx_hash) == (BatchState.SUBMITTED, "0xabc")
     assert not journal.file_path(key).exists()
-    entry = journal.set_state(entry, BatchState.REPORTED)
-    assert (entry.state, entry.tx_hash) == (BatchState.REPORTED, "0xabc")  # the tx hash is kept
+    entry = journal.set_state(entry, BatchState.SUBMITTED)
+    assert (entry.state, entry.tx_hash) == (BatchState.SUBMITTED, "0xabc")  # the tx hash is kept
     assert journal.in_state(7, *PENDING_STATES) == []
+
+
+def test_reports_are_tracked_apart_from_the_submission_state(tmp_path: Path) -> None:
+    journal = Journal(tmp_path)
+    record(journal, 0)
+    record(journal, 1)
+    first = journal.get(7, 0, 0)
+    assert first is not None and not first.reported
+    assert [e.batch for e in journal.unreported(7)] == [0, 1]
+    journal.mark_reported(first)
+    assert [e.batch for e in journal.unreported(7)] == [1]
+    reread = journal.get(7, 0, 0)
+    assert reread is not None and reread.reported and reread.state is BatchState.WRITTEN
 
 
 def test_a_batch_is_journaled_once(tmp_path: Path) -> None:

@@ -1,0 +1,286 @@
+"""`proofpool validator run` as real Celery worker processes against the real market: anvil,
+PostgreSQL, Redis (broker), SeaweedFS, the indexer dispatching one task per submission, and
+the backend. A worker (vLLM) makes one honest file; the tests derive every other file from it.
+
+Every bad file is submitted by its own fresh provider and node (an invalid verdict slashes the
+provider and ejects the node for good), and every verdict is read back from the chain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+
+import psutil
+import psycopg
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+
+from proofpool.chain.anvil import ANVIL_KEYS
+from proofpool.chain.bindings import WorkStatus, reason_text
+from proofpool.chain.client import ChainClient
+from proofpool.chain.deploy import grant_validator
+from proofpool.chain.signing import sign_invite
+from proofpool.chain.tx import TxSender
+from proofpool.chain.units import TOKEN
+from proofpool.config import get_settings
+from proofpool.devnet.market import onboard_node
+from proofpool.devnet.services import Service, wait_until
+from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
+from proofpool.rollout.io import rollouts_table
+from proofpool.storage import ObjectStore, rollout_key
+from proofpool.storage.seaweed import SeaweedProcess
+from tests.fixtures.market import Market
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+VERDICT_TIMEOUT = 120.0
+SMALL_UPLOAD_CAP = 1 << 20
+"""The validators' file size limit in these tests (PROOFPOOL_UPLOAD_MAX_BYTES), so `huge` is 2 MiB."""
+SECOND_VALIDATOR = Account.from_key(ANVIL_KEYS[8])
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def spawn_validator(market: Market, account: LocalAccount, name: str) -> Service:
+    return market.stack.spawn(
+        name,
+        ["validator", "run", "--key", account.key.hex(), "--concurrency", "1", "--metrics-port", str(free_port())],
+        {
+            "PROOFPOOL_CELERY_VISIBILITY_TIMEOUT": "10",
+            "PROOFPOOL_VALIDATOR_MISSING_GRACE": "4",
+            "PROOFPOOL_UPLOAD_MAX_BYTES": str(SMALL_UPLOAD_CAP),
+            "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(market.stack.root / "validator-checkpoints"),
+            "PROOFPOOL_VERDICT_MAX_WAIT": "1",
+        },
+    )
+
+
+def children_of(service: Service) -> list[psutil.Process]:
+    return psutil.Process(service.process.pid).children(recursive=True)
+
+
+@dataclass
+class Bench:
+    """The validated market, its first validator, the store and an honest file to derive from."""
+
+    market: Market
+    validator: Service
+    store: ObjectStore
+    honest_rows: list[RolloutSample]
+    honest_version: int
+    first_key: bytes
+    """The worker's own (honest) submission."""
+
+    @property
+    def client(self) -> ChainClient:
+        return self.market.stack.admin
+
+    def new_node(self) -> tuple[LocalAccount, ChainClient]:
+        """A fresh provider (minted, staked) with a fresh node that joined the pool by itself."""
+        admin, cast = self.client, self.market.stack.cast
+        provider, node = Account.create(), Account.create()
+        TxSender(admin.w3, cast.admin).transfer_eth(provider.address, 10**18)
+        admin.token.mint(provider.address, 100 * TOKEN)
+        onboard_node(admin, provider, node, 100 * TOKEN, compute_units=1)
+        as_node = admin.as_account(node)
+        expiry = admin.w3.eth.get_block("latest")["timestamp"] + 3600
+        nonce = int.from_bytes(os.urandom(8), "big")
+        as_node.pool.join_pool(
+            sign_invite(
+                cast.manager, self.market.pool_id, node.address, nonce, expiry, admin.chain_id, admin.pool.address
+            )
+        )
+        return node, as_node
+
+    def honest_file(self, node: str) -> bytes:
+        return rollouts_bytes(RolloutFileMeta(self.market.pool_id, node), self.honest_rows)
+
+    def submit(
+        self, data: bytes, *, key: bytes | None = None, upload: bool = True, units: int | None = None, version=None
+    ) -> bytes:
+        node, as_node = self.new_node()
+        key = key or hashlib.sha256(data).digest()
+        if upload:
+            self.store.put_object(rollout_key(self.market.pool_id, node.address, key.hex()), data)
+        units = units if units is not None else sum(len(r.completion_tokens) for r in self.honest_rows)
+        as_node.pool.submit_work(
+            self.market.pool_id, node.address, key, units, self.honest_version if version is None else version
+        )
+        return key
+
+    def submit_rows(self, rows: list[RolloutSample], version: int | None = None) -> bytes:
+        """Submit `rows` as the file of a fresh node (its metadata names that node)."""
+        node, as_node = self.new_node()
+        data = rollouts_bytes(RolloutFileMeta(self.market.pool_id, node.address), rows)
+        key = hashlib.sha256(data).digest()
+        self.store.put_object(rollout_key(self.market.pool_id, node.address, key.hex()), data)
+        units = sum(len(r.completion_tokens) for r in rows)
+        version = self.honest_version if version is None else version
+        as_node.pool.submit_work(self.market.pool_id, node.address, key, units, version)
+        return key
+
+    def verdict(self, key: bytes, timeout: float = VERDICT_TIMEOUT) -> tuple[str, str | None]:
+        """("accepted", None) or ("invalid", reason) once the chain has a verdict on `key`."""
+        pool = self.client.pool
+        wait_until(
+            lambda: pool.get_work(self.market.pool_id, key).status is not WorkStatus.PENDING,
+            timeout=timeout,
+            what=f"a verdict on 0x{key.hex()[:12]}",
+            service=self.validator,
+            poll=0.25,
+        )
+        status = pool.get_work(self.market.pool_id, key).status
+        if status is WorkStatus.ACCEPTED:
+            return "accepted", None
+        events = [e for e in verdict_events(self.market) if e.args["workKey"] == key]
+        return status.name.lower(), reason_text(events[-1].args["reason"]) if events else None
+
+
+def verdict_events(market: Market) -> list:
+    client = market.stack.admin
+    logs = client.w3.eth.get_logs({"fromBlock": client.book.deploy_block, "address": client.pool.address})
+    return [e for e in client.decoder().decode_logs(logs) if e.name in ("WorkAttested", "WorkInvalidated")]
+
+
+def verdicts_on(market: Market, key: bytes) -> int:
+    """How many verdict events name `key` (attestations count the key once per batch it is in)."""
+    count = 0
+    for event in verdict_events(market):
+        keys = event.args.get("workKeys") or [event.args.get("workKey")]
+        count += sum(1 for k in keys if k == key)
+    return count
+
+
+@pytest.fixture(scope="module")
+def bench(
+    validated_market: Market, seaweed: SeaweedProcess, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Bench]:
+    market = validated_market
+    admin = market.stack.admin
+    grant_validator(
+        admin.w3, TxSender(admin.w3, market.stack.cast.admin), admin.book, market.stack.cast.validator.address
+    )
+    grant_validator(admin.w3, TxSender(admin.w3, market.stack.cast.admin), admin.book, SECOND_VALIDATOR.address)
+    validator = spawn_validator(market, market.stack.cast.validator, "validator")
+    store = ObjectStore.from_settings(seaweed.settings(get_settings()))
+
+    worker = market.spawn_worker(tmp_path_factory.mktemp("validated-worker"), "--max-batches", "1")
+    worker.process.wait(timeout=300)
+    assert worker.process.returncode == 0, worker.log_tail()
+    submitted = [
+        e for e in admin.decoder().decode_logs(admin.w3.eth.get_logs({"fromBlock": admin.book.deploy_block,
+                                                                      "address": admin.pool.address}))
+        if e.name == "WorkSubmitted"
+    ]  # fmt: skip
+    assert len(submitted) == 1
+    key = submitted[0].args["workKey"]
+    _, rows = read_rollouts(store.get_object(rollout_key(market.pool_id, market.node, key.hex())))
+    yield Bench(market, validator, store, rows, submitted[0].args["modelVersion"], key)
+
+
+def test_an_honest_workers_file_is_attested(bench: Bench) -> None:
+    assert bench.verdict(bench.first_key) == ("accepted", None)
+    with psycopg.connect(bench.market.database_url) as conn:
+        row = conn.execute(
+            "SELECT validator, state, verdict, evidence->>'recomputed' FROM validations WHERE work_key = %s",
+            (bench.first_key,),
+        ).fetchone()
+    assert row == (bench.market.stack.cast.validator.address, "sent", "accepted", "true")
+
+
+def with_table(rows: list[RolloutSample], node: str, pool_id: int, change: Callable[[pa.Table], pa.Table]) -> bytes:
+    """A Parquet file of `rows` whose Arrow table was changed by `change` before writing."""
+    table = change(rollouts_table(RolloutFileMeta(pool_id, node), rows))
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink)
+    return sink.getvalue().to_pybytes()
+
+
+BAD_FILES: list[tuple[str, Callable[[Bench], bytes], str]] = [
+    ("missing", lambda b: b.submit(b"never uploaded", upload=False), "missing"),
+    ("sha256 differs from the work key",
+     lambda b: b.submit(b.honest_file(Account.create().address), key=hashlib.sha256(b"other").digest()),
+     "hash_mismatch"),
+    ("not Parquet", lambda b: b.submit(b"PAR1 this is not a parquet file"), "not_parquet"),
+    ("wrong schema: an extra column",
+     lambda b: b.submit(with_table(b.honest_rows, Account.create().address, b.market.pool_id,
+                                   lambda t: t.append_column("bonus", pa.array([1] * t.num_rows))),
+                        ),
+     "extra_column"),
+    ("token ids out of range",
+     lambda b: b.submit_rows([replace(r, completion_tokens=(60_000,) * len(r.completion_tokens))
+                              for r in b.honest_rows]),
+     "token_out_of_range"),
+    ("huge file", lambda b: b.submit(os.urandom(2 * SMALL_UPLOAD_CAP)), "file_too_large"),
+    ("hostile proofs", lambda b: b.submit_rows([replace(r, proofs=r.proofs[:7]) for r in b.honest_rows]),
+     "proof_malformed"),
+    ("model version outside the async window",
+     lambda b: b.submit_rows([replace(r, model_version=9) for r in b.honest_rows], version=9),
+     "unknown_model_version"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("case, make, reason", BAD_FILES, ids=[c for c, _, _ in BAD_FILES])
+def test_bad_submission_gets_a_verdict_with_its_reason_and_the_validator_keeps_running(
+    bench: Bench, case: str, make: Callable[[Bench], bytes], reason: str
+) -> None:
+    key = make(bench)
+    assert bench.verdict(key) == ("invalid", reason), case
+    assert verdicts_on(bench.market, key) == 1
+    assert bench.validator.alive
+
+
+def test_an_honest_file_of_another_node_is_accepted_by_the_same_validator(bench: Bench) -> None:
+    key = bench.submit_rows(bench.honest_rows)
+    assert bench.verdict(key) == ("accepted", None)
+
+
+def test_sigkill_mid_task_redelivers_and_exactly_one_verdict_lands(bench: Bench, seaweed: SeaweedProcess) -> None:
+    key = bench.submit_rows(bench.honest_rows)
+    os.kill(seaweed.pid, signal.SIGSTOP)  # the task hangs in its download: killed mid-task
+    try:
+
+        def claimed() -> bool:
+            with psycopg.connect(bench.market.database_url) as conn:
+                return conn.execute("SELECT 1 FROM validations WHERE work_key = %s", (key,)).fetchone() is not None
+
+        wait_until(claimed, timeout=VERDICT_TIMEOUT, what="the task to claim the submission", service=bench.validator)
+        for child in children_of(bench.validator):
+            child.kill()
+        bench.validator.kill()
+    finally:
+        os.kill(seaweed.pid, signal.SIGCONT)
+    bench.validator = spawn_validator(bench.market, bench.market.stack.cast.validator, "validator-restarted")
+    assert bench.verdict(key, timeout=VERDICT_TIMEOUT + 30) == ("accepted", None)
+    time.sleep(2)  # a second verdict would follow within a flush interval
+    assert verdicts_on(bench.market, key) == 1
+
+
+def test_two_validators_never_both_judge_a_submission(bench: Bench) -> None:
+    second = spawn_validator(bench.market, SECOND_VALIDATOR, "validator-second")
+    try:
+        keys = [bench.submit_rows(bench.honest_rows) for _ in range(6)]  # type: ignore[attr-defined]
+        assert [bench.verdict(k)[0] for k in keys] == ["accepted"] * 6
+        time.sleep(2)
+        assert [verdicts_on(bench.market, k) for k in keys] == [1] * 6
+        with psycopg.connect(bench.market.database_url) as conn:
+            owners = conn.execute(
+                "SELECT work_key, validator FROM validations WHERE work_key = ANY(%s)", (keys,)
+            ).fetchall()
+        assert len(owners) == 6  # one row, one owner per key
+        assert second.alive and bench.validator.alive
+    finally:
+        second.stop()

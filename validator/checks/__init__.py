@@ -1,0 +1,13 @@
+"""The validator's checks as pure functions: bytes + the chain's facts + the pool's rules -> a Verdict.
+
+No Celery, database, chain or store here (STYLE.md section 6): `validator/tasks.py` fetches the
+inputs and records the verdict; anyone holding the file can re-run `run_checks` and get the same
+verdict. See docs/validator-checks.md for the order of the checks and every reason code.
+"""
+
+from validator.checks.facts import PoolRules, SubmissionFacts
+from validator.checks.inference import ModelLoader
+from validator.checks.run import run_checks
+from validator.checks.verdict import CheckReason, Reason, Verdict
+
+__all__ = ["CheckReason", "ModelLoader", "PoolRules", "Reason", "SubmissionFacts", "Verdict", "run_checks"]

@@ -1,0 +1,78 @@
+"""What the checks judge a file against: the chain's record of the submission and the pool's limits.
+
+Both are plain values the caller assembles (the Celery task from Postgres and the chain), so the
+checks need no database, chain or store and can be run by anyone who holds the file, e.g. an
+auditor re-deriving a verdict.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from proofpool.model.tokenizer import EOS_ID, VOCAB_SIZE
+
+MIB: Final = 2**20
+
+
+@dataclass(frozen=True)
+class SubmissionFacts:
+    """What the chain recorded for the submission (`WorkSubmitted`), which the file must match."""
+
+    pool_id: int
+    work_key: bytes
+    """sha256 of the file, the submission's key on-chain."""
+    node: str
+    """The submitting node's address (any hex case)."""
+    work_units: int
+    """Work the provider claimed: total completion tokens of the file."""
+    model_version: int
+    """Checkpoint version the provider says it generated with."""
+
+
+@dataclass(frozen=True)
+class PoolRules:
+    """The limits a validator enforces for one pool.
+
+    The defaults fit the devnet (its tokenizer, its 64-position model, the orchestrator's default
+    completion budget of 8 tokens). Invalid settings raise ValueError: they are the operator's
+    mistake, not the submitter's.
+    """
+
+    latest_version: int
+    """The pool's newest checkpoint version on-chain (0 if none was published)."""
+    async_window: int = 2
+    """Accept files generated with versions latest - async_window .. latest (the trainer's async level)."""
+    max_rows: int = 4096
+    max_prompt_tokens: int = 32
+    """Arithmetic prompts are at most 7 tokens; prompt + completion must fit the model's 64 positions."""
+    max_completion_tokens: int = 8
+    """The completion budget workers are assigned (`max_tokens`). Also the sampling check's budget: a
+    completion shorter than this must end with EOS, so it must equal what workers were told."""
+    vocab_size: int = VOCAB_SIZE
+    eos_token_id: int = EOS_ID
+    min_temperature: float = 0.05
+    """Lowest sampling temperature accepted. Temperatures near 0 make logits / T overflow float32, and a
+    pool learns from samples, not near-greedy decodes; workers sample at 1.0 by default."""
+    max_temperature: float = 10.0
+    """Highest temperature accepted (the worker's own setting is capped at 10)."""
+    max_file_bytes: int = 64 * MIB
+    max_decoded_bytes: int = 256 * MIB
+    """Upper bound on the decoded table, estimated from the Parquet footer before anything is
+    decompressed: a few KiB of run-length or dictionary encoding can decode to gigabytes."""
+
+    def __post_init__(self) -> None:
+        for name in ("max_rows", "max_prompt_tokens", "max_completion_tokens", "vocab_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.latest_version < 0 or self.async_window < 0:
+            raise ValueError("latest_version and async_window must be >= 0")
+        if not 0 <= self.eos_token_id < self.vocab_size:
+            raise ValueError(f"eos_token_id {self.eos_token_id} outside the vocabulary of {self.vocab_size}")
+        if not (math.isfinite(self.max_temperature) and 0 < self.min_temperature <= self.max_temperature):
+            raise ValueError(
+                f"need 0 < min_temperature <= max_temperature, got {self.min_temperature}, {self.max_temperature}"
+            )
+        if self.max_file_bytes < 1 or self.max_decoded_bytes < 1:
+            raise ValueError("byte limits must be >= 1")

@@ -1,0 +1,142 @@
+"""Checks 4-5: TOPLOC per sample, then sampling reproduction, on one batched recomputation.
+
+Both run in `proofpool.inference.check.check_samples` (one prefill, one batched pass of each check),
+so worker and validator share the code; this module loads the submission's checkpoint, picks the
+rows (all, a seeded subset, or none), and turns the per-row verdicts into the file's verdict and its
+evidence. A file is rejected if any checked row is: the first such row (in file order) gives the
+reason and the evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from proofpool.inference.check import SampleVerdict, check_samples
+from proofpool.rollout import RolloutSample
+from validator.checks.facts import PoolRules, SubmissionFacts
+from validator.checks.verdict import Verdict, json_safe
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM
+
+ModelLoader = Callable[[int], "LlamaForCausalLM"]
+"""Checkpoint version -> the loaded model (the caller caches it and has checked its hashes)."""
+
+
+@dataclass(frozen=True)
+class Recomputed:
+    """The outcome of checks 4-5 for a file."""
+
+    rejection: Verdict | None
+    """The verdict if a checked row failed, else None."""
+    checked_rows: int
+    checked_tokens: int
+    evidence: dict[str, Any] = field(default_factory=dict)
+    """Summary of the checked rows, kept in an accepted verdict's evidence (margins to watch)."""
+
+
+def validate_sampling_args(sample_rate: float, selection_seed: bytes | None, has_model: bool) -> None:
+    """Raise ValueError for arguments no file can make right: they are the caller's bug.
+
+    `sample_rate` must be in [0, 1]; below 1 and above 0 it needs `selection_seed` (bytes the worker
+    could not know when it committed the file); above 0 it needs a model loader.
+    """
+    if not 0 <= sample_rate <= 1:
+        raise ValueError(f"sample_rate must be in [0, 1], got {sample_rate}")
+    if 0 < sample_rate < 1 and (not isinstance(selection_seed, bytes) or not selection_seed):
+        raise ValueError("spot-checking needs a selection_seed (bytes the worker could not know)")
+    if sample_rate > 0 and not has_model:
+        raise ValueError("recomputation (sample_rate > 0) needs a model loader")
+
+
+def recompute(
+    samples: Sequence[RolloutSample],
+    sub: SubmissionFacts,
+    rules: PoolRules,
+    model: ModelLoader | None,
+    *,
+    sample_rate: float,
+    selection_seed: bytes | None,
+) -> Recomputed:
+    """TOPLOC and sampling verdicts for the chosen rows of a file that passed checks 1-3.
+
+    At `sample_rate` 0 nothing is recomputed and the model is not loaded. Reasons pass through from
+    `check_samples`: `proof_count_mismatch`, `proof_malformed`, `toploc_exp_mismatch`,
+    `toploc_mantissa`, `length_exceeded`, `sampling_mismatch`, `eos_mismatch`.
+    """
+    drawn = selection_seed is not None and 0 < sample_rate < 1
+    spot = {"sample_rate": sample_rate, "selection_seed": selection_seed.hex() if drawn else None}
+    if sample_rate == 0:
+        return Recomputed(None, 0, 0, {**spot, "recomputed": False})
+    assert model is not None  # validate_sampling_args
+    verdicts = check_samples(
+        model(sub.model_version),
+        samples,
+        eos_token_id=rules.eos_token_id,
+        max_tokens=rules.max_completion_tokens,
+        sample_rate=sample_rate,
+        selection_seed=selection_seed,
+    )
+    tokens = sum(len(samples[v.row].completion_tokens) for v in verdicts)
+    summary = {**spot, **_summary(verdicts)}
+    failed = next((v for v in verdicts if not v.accepted), None)
+    if failed is None:
+        return Recomputed(None, len(verdicts), tokens, summary)
+    assert failed.reason is not None  # a rejected SampleVerdict names its rule
+    evidence = json_safe({**summary, **_row_evidence(failed)})
+    rejection = Verdict(
+        accepted=False,
+        reason=failed.reason,
+        evidence=evidence,
+        rows=len(samples),
+        checked_rows=len(verdicts),
+        checked_tokens=tokens,
+    )
+    return Recomputed(rejection, len(verdicts), tokens, summary)
+
+
+def _summary(verdicts: Sequence[SampleVerdict]) -> dict[str, Any]:
+    """Aggregate figures over the checked rows: how many failed, how many were reproduced token for
+    token, and the worst TOPLOC chunk and tie count (how close honest files run to the thresholds)."""
+    chunks = [c for v in verdicts for c in v.toploc if c.error is None]
+    reproduced = sum(v.sampling.reproduced == v.sampling.n_tokens for v in verdicts)
+    return json_safe(
+        {
+            "recomputed": True,
+            "checked_rows": len(verdicts),
+            "rejected_rows": sum(not v.accepted for v in verdicts),
+            "reproduced_fraction": reproduced / len(verdicts) if verdicts else 1.0,
+            "tolerated_ties": sum(v.sampling.tolerated_ties for v in verdicts),
+            "worst_exp_mismatches": max((c.exp_mismatches for c in chunks), default=None),
+            "worst_mant_err_mean": max((c.mant_err_mean for c in chunks), default=None),
+            "worst_mant_err_median": max((c.mant_err_median for c in chunks), default=None),
+        }
+    )
+
+
+def _row_evidence(v: SampleVerdict) -> dict[str, Any]:
+    """The failing row, its per-chunk TOPLOC statistics and its sampling reproduction."""
+    s = v.sampling
+    return {
+        "row": v.row,
+        "toploc": [
+            {
+                "exp_mismatches": c.exp_mismatches,
+                "mant_err_mean": c.mant_err_mean,
+                "mant_err_median": c.mant_err_median,
+                "error": c.error,
+            }
+            for c in v.toploc
+        ],
+        "sampling": {
+            "n_tokens": s.n_tokens,
+            "reproduced": s.reproduced,
+            "tolerated_ties": s.tolerated_ties,
+            "first_mismatch": s.first_mismatch,
+            "eos_ok": s.eos_ok,
+            "length_ok": s.length_ok,
+            "max_gap": s.max_gap,
+        },
+    }

@@ -1,0 +1,86 @@
+"""Checks 6-8: what the file says about its samples' value, recomputed from the samples alone.
+
+Rewards come from the task's verifier (`proofpool.tasks.arithmetic.reward`, the function workers
+call), advantages from `proofpool.rl.advantages.group_advantages` over the recomputed rewards, and
+work units are the completion tokens. The trainer learns from the prompt, the completion and the
+advantage, so the checks also tie each row's prompt to its problem id and each group to one
+problem: otherwise a correct answer could be filed under another problem, or groups mixed, to
+feed the trainer wrong advantages with every recomputed number matching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+
+from proofpool.rl.advantages import group_advantages
+from proofpool.rollout import RolloutSample
+from proofpool.tasks.arithmetic import InvalidProblemId, Problem, problem_from_id, reward
+from validator.checks.facts import SubmissionFacts
+from validator.checks.verdict import Verdict, quote, reject
+
+ADVANTAGE_TOLERANCE: Final = 1e-5
+"""Absolute, in reward units. `group_advantages` is deterministic in float32, so an honest file
+matches exactly; the tolerance only spares a writer that sums a group in another order."""
+
+
+def check_scoring(samples: Sequence[RolloutSample], sub: SubmissionFacts) -> Verdict | None:
+    """Problem ids, prompts, rewards, groups, advantages and work units, or the first rejection.
+
+    Reasons, in order: `bad_problem_id`, `prompt_mismatch` (prompt tokens are not the problem's
+    prompt), `reward_mismatch` (compared as float32), `group_mismatch` (a group spans problems),
+    `advantage_mismatch` (beyond ADVANTAGE_TOLERANCE), `work_units_mismatch`.
+    """
+    rows = len(samples)
+    problems: list[Problem] = []
+    for row, s in enumerate(samples):
+        try:
+            problems.append(problem_from_id(s.problem_id))
+        except InvalidProblemId:
+            return reject("bad_problem_id", rows, row=row, problem_id=quote(s.problem_id))
+    for row, (s, problem) in enumerate(zip(samples, problems, strict=True)):
+        expected_prompt = tuple(problem.prompt_tokens())
+        if s.prompt_tokens != expected_prompt:
+            return reject(
+                "prompt_mismatch",
+                rows,
+                row=row,
+                problem_id=s.problem_id,
+                prompt_tokens=list(s.prompt_tokens),
+                expected=list(expected_prompt),
+            )
+    rewards = [reward(problem, s.completion_tokens) for s, problem in zip(samples, problems, strict=True)]
+    for row, (s, expected) in enumerate(zip(samples, rewards, strict=True)):
+        if np.float32(s.reward) != np.float32(expected):
+            evidence = {"row": row, "problem_id": s.problem_id, "claimed": s.reward, "expected": expected}
+            return reject("reward_mismatch", rows, **evidence)
+    first_of_group: dict[int, int] = {}
+    for row, s in enumerate(samples):
+        first = first_of_group.setdefault(s.group_id, row)
+        if samples[first].problem_id != s.problem_id:
+            return reject(
+                "group_mismatch",
+                rows,
+                row=row,
+                group_id=s.group_id,
+                problem_id=s.problem_id,
+                group_problem_id=samples[first].problem_id,
+            )
+    advantages = group_advantages(rewards, [s.group_id for s in samples])
+    for row, (s, expected) in enumerate(zip(samples, advantages, strict=True)):
+        if not abs(s.advantage - expected) <= ADVANTAGE_TOLERANCE:  # `not <=` so NaN fails too
+            return reject(
+                "advantage_mismatch",
+                rows,
+                row=row,
+                group_id=s.group_id,
+                claimed=s.advantage,
+                expected=expected,
+                tolerance=ADVANTAGE_TOLERANCE,
+            )
+    counted = sum(len(s.completion_tokens) for s in samples)
+    if sub.work_units != counted:
+        return reject("work_units_mismatch", rows, claimed=sub.work_units, counted=counted)
+    return None

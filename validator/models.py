@@ -1,0 +1,78 @@
+"""The models validators recompute with: a pool's checkpoint of a given version, verified
+against its on-chain manifest hash, loaded once and kept for the next files.
+
+Version 0 without a published checkpoint is the pool's base model (`proofpool.model.base`, the
+same rule workers follow). A checkpoint that is on-chain but cannot be fetched or verified is the
+pool's problem, not the submitter's: it raises `ModelUnavailable`, which the task retries, and
+never turns into a verdict against the worker.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from proofpool.chain.client import ChainClient
+from proofpool.checkpoint import CheckpointError, ensure_published_checkpoint, onchain_manifest_sha256
+from proofpool.errors import ProofpoolError
+from proofpool.model.base import UnknownBaseModel, resolve_base_model
+from proofpool.storage.s3 import ObjectStore
+
+if TYPE_CHECKING:
+    from transformers import LlamaForCausalLM
+
+log = logging.getLogger(__name__)
+
+
+class ModelUnavailable(ProofpoolError):
+    """The model of a version cannot be obtained right now; retry the validation later."""
+
+
+class ModelCache:
+    """Loaded models by (pool, version), least recently used dropped beyond `capacity`."""
+
+    def __init__(
+        self,
+        client: ChainClient,
+        store: ObjectStore,
+        cache_dir: Path,
+        precision: str = "bf16",
+        capacity: int = 3,
+        base_model: Path | None = None,
+    ) -> None:
+        self._client, self._store, self._cache_dir = client, store, cache_dir
+        self._precision, self._capacity, self._base_model = precision, capacity, base_model
+        self._models: OrderedDict[tuple[int, int], LlamaForCausalLM] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, pool_id: int, version: int) -> LlamaForCausalLM:
+        """The model of `pool_id` at `version`, loading (and verifying) it on first use."""
+        with self._lock:  # one load at a time: two threads must not both load the same checkpoint
+            key = (pool_id, version)
+            if key in self._models:
+                self._models.move_to_end(key)
+                return self._models[key]
+            model = self._load(pool_id, version)
+            self._models[key] = model
+            while len(self._models) > self._capacity:
+                self._models.popitem(last=False)
+            return model
+
+    def model_dir(self, pool_id: int, version: int) -> Path:
+        """The verified local directory of the model (base model or fetched checkpoint)."""
+        try:
+            if version == 0 and onchain_manifest_sha256(self._client, pool_id, 0) is None:
+                return resolve_base_model(self._client.pool.get_pool(pool_id).model_uri, self._base_model)
+            return ensure_published_checkpoint(self._client, self._store, pool_id, version, self._cache_dir)
+        except (CheckpointError, UnknownBaseModel) as exc:
+            raise ModelUnavailable(f"model of pool {pool_id} version {version}: {exc}") from exc
+
+    def _load(self, pool_id: int, version: int) -> LlamaForCausalLM:
+        from proofpool.model.build import load_model
+
+        path = self.model_dir(pool_id, version)
+        log.info("loading model", extra={"pool": pool_id, "version": version, "path": str(path)})
+        return load_model(path, self._precision)  # type: ignore[arg-type]

@@ -1,0 +1,147 @@
+"""Validating one submission, start to recorded decision, without Celery.
+
+1. Re-read the indexed submission; only `pending` work is judged.
+2. Claim it in PostgreSQL (`validator.store.claim`): the first validator owns it, a redelivered
+   task of the owner sees the recorded decision and stops, another validator stops.
+3. Decide whether it is recomputed in full: with `sample_rate` p < 1 a submission is selected when
+   sha256(domain, block hash of its submission block, work key) falls below p. The block hash did
+   not exist when the worker wrote the file (the file's sha256 is in the transaction of that
+   block), so a worker cannot aim its cheating at unselected submissions. Unselected submissions
+   get every check except the recomputation.
+4. Fetch the file. Missing: retried (transient) until half the dispute window or the grace has
+   passed since submission, then judged `missing`, so the verdict lands before the window closes.
+5. Run the checks (`validator.checks.run_checks`) and record the decision. Sending it on-chain
+   is the verdict sender's job (`validator.verdicts`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Final
+
+from proofpool.errors import ProofpoolError
+from proofpool.storage import rollout_key
+from proofpool.storage.s3 import ObjectNotFound, ObjectTooLarge
+from validator import store
+from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
+from validator.checks.verdict import reject
+from validator.resources import Resources
+from validator.submissions import IndexedSubmission, assigned_max_tokens, get_submission
+
+log = logging.getLogger(__name__)
+
+SELECTION_DOMAIN: Final = b"proofpool/validate-selection/v1"
+
+
+class FileNotYetAvailable(ProofpoolError):
+    """The rollout file is not in the store (yet); retry until the missing-file deadline."""
+
+
+class Outcome(StrEnum):
+    DECIDED = "decided"
+    ALREADY_JUDGED = "already_judged"
+    """The chain (as indexed) has a verdict already."""
+    ALREADY_DECIDED = "already_decided"
+    """We recorded a decision before (a redelivered task)."""
+    OTHERS = "others"
+    """Another validator owns the submission."""
+
+
+@dataclass(frozen=True)
+class Result:
+    outcome: Outcome
+    verdict: Verdict | None = None
+    seconds: float = 0.0
+    selected: bool = False
+
+
+def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
+    """Validate one submission and record the decision (see the module docstring)."""
+    started = time.monotonic()
+    context = {"pool": pool_id, "work_key": "0x" + work_key.hex(), "validator": res.address}
+    with res.connection() as conn:
+        sub = get_submission(conn, pool_id, work_key)
+        if sub.status != "pending":
+            return Result(Outcome.ALREADY_JUDGED)
+        max_tokens = assigned_max_tokens(conn, pool_id)
+        claim = store.claim(conn, pool_id, work_key, res.address, lease_seconds=res.settings.validator_lease)
+    if claim is None:
+        return Result(Outcome.OTHERS)
+    if claim.decided:
+        return Result(Outcome.ALREADY_DECIDED)
+
+    selected = is_selected(res, sub)
+    verdict = judge(res, sub, selected, max_tokens)
+    with res.connection() as conn:
+        store.record_decision(
+            conn,
+            pool_id,
+            work_key,
+            res.address,
+            "accepted" if verdict.accepted else "invalid",
+            verdict.reason,
+            {**verdict.evidence, "recomputed": selected, "rows": verdict.rows, "checked_rows": verdict.checked_rows},
+        )
+    seconds = time.monotonic() - started
+    log.info(
+        "decided %s%s",
+        "accepted" if verdict.accepted else "invalid",
+        "" if verdict.accepted else f" ({verdict.reason})",
+        extra={**context, "node": sub.node, "seconds": round(seconds, 3), "recomputed": selected},
+    )
+    return Result(Outcome.DECIDED, verdict, seconds, selected)
+
+
+def judge(res: Resources, sub: IndexedSubmission, selected: bool, max_tokens: int) -> Verdict:
+    """The verdict on `sub`; raises `FileNotYetAvailable` while a missing file may still appear."""
+    facts = SubmissionFacts(sub.pool_id, sub.work_key, sub.node, sub.work_units, sub.model_version)
+    rules = PoolRules(
+        latest_version=res.client.pool.latest_checkpoint(sub.pool_id).version,
+        async_window=res.settings.async_window,
+        max_file_bytes=res.settings.upload_max_bytes,  # nothing larger can have been uploaded honestly
+        max_completion_tokens=max_tokens,
+    )
+    try:
+        data = res.store.get_object(
+            rollout_key(sub.pool_id, sub.node, sub.work_key.hex()), max_bytes=rules.max_file_bytes
+        )
+    except ObjectTooLarge:
+        return reject("file_too_large", max_bytes=rules.max_file_bytes)
+    except ObjectNotFound:
+        waited = time.time() - sub.submitted_at.timestamp()
+        deadline = missing_deadline(res, sub.pool_id)
+        if waited < deadline:
+            raise FileNotYetAvailable(
+                f"rollout file 0x{sub.work_key.hex()} not in the store after {waited:.0f} s "
+                f"(judged missing after {deadline:.0f} s)"
+            ) from None
+        return reject("missing", waited_seconds=round(waited, 1))
+    return run_checks(
+        data,
+        facts,
+        rules,
+        lambda version: res.models.get(sub.pool_id, version),
+        sample_rate=1.0 if selected else 0.0,
+    )
+
+
+def missing_deadline(res: Resources, pool_id: int) -> float:
+    """Seconds after submission a file may still arrive: the grace, at most half the dispute window."""
+    window = res.client.pool.get_pool(pool_id).dispute_window
+    return min(res.settings.validator_missing_grace, window / 2)
+
+
+def is_selected(res: Resources, sub: IndexedSubmission) -> bool:
+    """Whether `sub` is recomputed in full (always at sample rate 1)."""
+    rate = res.settings.validator_sample_rate
+    if rate >= 1.0:
+        return True
+    if rate <= 0.0:
+        return False
+    block_hash = bytes(res.client.w3.eth.get_block(sub.block_number)["hash"])
+    draw = hashlib.sha256(SELECTION_DOMAIN + block_hash + sub.work_key).digest()
+    return int.from_bytes(draw[:8], "big") / 2**64 < rate

@@ -1,0 +1,73 @@
+"""What a validator process holds for its whole life: its key and chain client, the database
+pool, the object store and the model cache. Built once per process (lazily, thread-safe), so
+tasks receive only keys and re-read everything else (STYLE section 6).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import lru_cache
+
+from eth_account.signers.local import LocalAccount
+from psycopg import Connection
+from psycopg_pool import ConnectionPool
+
+from proofpool.chain.accounts import load_account
+from proofpool.chain.client import ChainClient
+from proofpool.config import Settings, get_settings
+from proofpool.storage.s3 import ObjectStore
+from validator.models import ModelCache
+
+VALIDATOR_KEY_ENV = "PROOFPOOL_VALIDATOR_KEY"
+"""The validator's key (hex, keystore path or env:NAME), read by every validator process."""
+
+
+@dataclass
+class Resources:
+    settings: Settings
+    account: LocalAccount
+    client: ChainClient
+    pool: ConnectionPool
+    store: ObjectStore
+    models: ModelCache
+
+    @property
+    def address(self) -> str:
+        return self.account.address
+
+    @contextmanager
+    def connection(self) -> Iterator[Connection]:
+        """A pooled connection; the block commits on success and rolls back on error."""
+        with self.pool.connection() as conn:
+            yield conn
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+_lock = threading.Lock()
+
+
+def resources() -> Resources:
+    """This process's resources, built on first use (threads of one worker share them)."""
+    with _lock:
+        return _build_once()
+
+
+@lru_cache(maxsize=1)
+def _build_once() -> Resources:
+    return build_resources(get_settings())
+
+
+def build_resources(settings: Settings) -> Resources:
+    account = load_account(None, env_var=VALIDATOR_KEY_ENV)
+    client = ChainClient.from_settings(account)
+    store = ObjectStore.from_settings(settings)
+    pool = ConnectionPool(
+        settings.database_url, min_size=1, max_size=max(2, settings.validator_concurrency + 1), open=True
+    )
+    models = ModelCache(client, store, settings.checkpoint_cache_dir.expanduser(), settings.validator_precision)
+    return Resources(settings, account, client, pool, store, models)

@@ -1,0 +1,58 @@
+"""The submission a validation task is about, as the indexer recorded it from `WorkSubmitted`.
+
+Tasks carry only (pool id, work key); the facts are re-read here so a redelivered or late task
+sees the current status, and a task for a key the indexer does not (or no longer, after a
+reorg) know fails as transient and is retried rather than judged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from psycopg import Connection
+from psycopg.rows import class_row
+
+from proofpool.assignment import DEFAULT_ASSIGNMENT
+from proofpool.errors import ProofpoolError
+
+SELECT_SUBMISSION = """
+    SELECT pool_id, work_key, node, provider, work_units, model_version, status, submitted_at, block_number
+    FROM submissions WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s"""
+
+
+SELECT_MAX_TOKENS = "SELECT max_tokens FROM pool_assignment_config WHERE pool_id = %(pool_id)s"
+
+
+def assigned_max_tokens(conn: Connection, pool_id: int) -> int:
+    """The completion budget the orchestrator hands this pool's workers (an honest completion
+    shorter than it ends with EOS, which the sampling check relies on)."""
+    row = conn.execute(SELECT_MAX_TOKENS, {"pool_id": pool_id}).fetchone()
+    return DEFAULT_ASSIGNMENT.max_tokens if row is None or row[0] is None else int(row[0])
+
+
+class SubmissionNotIndexed(ProofpoolError):
+    """The indexer has no such submission (yet, or any more after a reorg): retry later."""
+
+
+@dataclass(frozen=True)
+class IndexedSubmission:
+    pool_id: int
+    work_key: bytes
+    node: str
+    provider: str
+    work_units: int
+    model_version: int
+    status: str
+    """pending, accepted, invalid, finalized or forfeited (as indexed)."""
+    submitted_at: datetime
+    block_number: int
+
+
+def get_submission(conn: Connection, pool_id: int, work_key: bytes) -> IndexedSubmission:
+    """The indexed submission; `SubmissionNotIndexed` if there is none."""
+    with conn.cursor(row_factory=class_row(IndexedSubmission)) as cur:
+        row = cur.execute(SELECT_SUBMISSION, {"pool_id": pool_id, "work_key": work_key}).fetchone()
+    if row is None:
+        raise SubmissionNotIndexed(f"submission 0x{work_key.hex()} of pool {pool_id} is not indexed (yet)")
+    return IndexedSubmission(**{**row.__dict__, "work_key": bytes(row.work_key)})

@@ -1,0 +1,249 @@
+"""Sending the decided verdicts of one validator key on-chain (`flush_verdicts`).
+
+Validation tasks only record verdicts (`validator.store`); this flush turns them into
+transactions: each invalid key one `invalidateWork` at once, accepted keys one `attestWork`
+per pool and batch. It reads every key's on-chain status before sending, sends only keys that
+are still Pending, and commits each transaction's rows before the next transaction, so after a
+crash the next flush finds what was mined (status no longer Pending) instead of sending twice.
+Exactly one flusher runs per validator key; a PostgreSQL session lock enforces it.
+
+See docs/validator-verdicts.md for the whole argument and every failure case.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import requests
+from psycopg import Connection
+from psycopg.pq import TransactionStatus
+from web3.types import TxReceipt
+
+from proofpool.chain.bindings import Work, WorkStatus
+from proofpool.chain.client import ChainClient
+from proofpool.chain.errors import ContractRevert, NonceConflict, TxTimeout
+from proofpool.errors import ProofpoolError, ServiceUnavailable
+from validator import store
+from validator.store import DueRow, Key, VerdictKind
+
+log = logging.getLogger(__name__)
+
+TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
+    ServiceUnavailable,
+    requests.ConnectionError,
+    requests.Timeout,
+    TxTimeout,
+    NonceConflict,
+)
+"""Failures that say nothing about the verdicts (the chain is unreachable or slow): the rows stay
+decided and the next flush sends them."""
+
+MIN_RETRY_SECONDS = 1.0
+"""Lower bound of `next_due_in` after failed sends, so a caller never spins on a dead RPC."""
+
+_OURS: dict[VerdictKind, frozenset[WorkStatus]] = {
+    # An attested key stays ours through finalization (or forfeit: the node was slashed later).
+    "accepted": frozenset({WorkStatus.ACCEPTED, WorkStatus.FINALIZED, WorkStatus.FORFEITED}),
+    "invalid": frozenset({WorkStatus.INVALID}),
+}
+"""On-chain statuses that, with our address as the work's validator, mean our verdict landed."""
+
+
+class FlushBusy(ProofpoolError):
+    """Another process is flushing this validator key's verdicts right now."""
+
+
+@dataclass(frozen=True)
+class FlushResult:
+    """What one flush did."""
+
+    attested: int
+    """Keys accepted on-chain by the `attestWork` transactions of this flush."""
+    invalidated: int
+    """Keys invalidated on-chain by the `invalidateWork` transactions of this flush."""
+    superseded: int
+    """Keys not sent because the chain already holds another validator's verdict for them."""
+    failed: int
+    """Keys left decided after a failed send (error recorded); a later flush tries them again."""
+    next_due_in: float | None
+    """Seconds until the next flush has work (None: nothing waits)."""
+    recovered: int = 0
+    """Keys found on-chain with our own verdict (a transaction mined before a crash): marked sent."""
+
+
+Send = Callable[[Sequence[DueRow]], TxReceipt]
+
+
+def flush_verdicts(
+    conn: Connection,
+    client: ChainClient,
+    *,
+    max_batch: int = 32,
+    max_wait: float = 5.0,
+    now: datetime | None = None,
+) -> FlushResult:
+    """Send the due verdicts of `client`'s key (see `store.due_verdicts`) and record the outcome.
+
+    `conn` must have no transaction open: the flush commits after each transaction's rows so
+    that nothing it learned from the chain is lost if it dies before the next one. Raises
+    `FlushBusy` when another session is flushing the same key; errors of PostgreSQL and bugs
+    propagate (the rows stay decided, and the next flush reads the chain before sending).
+    """
+    if conn.info.transaction_status != TransactionStatus.IDLE:
+        raise ValueError("flush_verdicts commits as it goes: pass a connection with no open transaction")
+    me = client.address
+    with conn.transaction():
+        locked = store.try_lock_flusher(conn, me)
+    if not locked:
+        raise FlushBusy(f"another process is flushing the verdicts of {me}")
+    try:
+        with conn.transaction():
+            due = store.due_verdicts(conn, me, max_batch=max_batch, max_wait=max_wait, now=now)
+        flush = _Flush(conn, client)
+        work: list[tuple[list[DueRow], Send]] = [([row], flush.invalidate) for row in due.invalid]
+        work += [(list(batch.rows), flush.attest) for batch in due.batches]
+        try:
+            for rows, send in work:
+                flush.deliver(rows, send)
+        except TRANSIENT_ERRORS as exc:
+            # The chain is out of reach: every row not handled yet stays decided for the next flush.
+            rest = [row for rows, _ in work for row in rows if row.key not in flush.handled]
+            flush.failed(rest, f"{exc.__class__.__name__}: {exc}")
+    finally:
+        if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
+            with conn.transaction():
+                store.unlock_flusher(conn, me)
+
+    next_due_in = due.next_due_in
+    if flush.counts["failed"]:
+        retry = max(max_wait, MIN_RETRY_SECONDS)
+        next_due_in = retry if next_due_in is None else min(next_due_in, retry)
+    return FlushResult(**flush.counts, next_due_in=next_due_in)
+
+
+class _Flush:
+    """One flush's chain reads, sends and row updates, with its tallies."""
+
+    def __init__(self, conn: Connection, client: ChainClient) -> None:
+        self.conn = conn
+        self.client = client
+        self.me = client.address
+        self.counts = dict.fromkeys(("attested", "invalidated", "superseded", "failed", "recovered"), 0)
+        self.handled: set[Key] = set()
+
+    # --- the two transactions -----------------------------------------------------------------
+
+    def invalidate(self, rows: Sequence[DueRow]) -> TxReceipt:
+        (row,) = rows
+        assert row.reason is not None  # the table's check: an invalid verdict has a reason
+        return self.client.pool.invalidate_work(row.pool_id, row.work_key, row.reason)
+
+    def attest(self, rows: Sequence[DueRow]) -> TxReceipt:
+        return self.client.pool.attest_work(rows[0].pool_id, [row.work_key for row in rows])
+
+    # --- delivery -----------------------------------------------------------------------------
+
+    def deliver(self, rows: Sequence[DueRow], send: Send) -> None:
+        """Send `rows` in one transaction, those of them still Pending on-chain.
+
+        A revert means the chain changed between our read and the send (another validator got
+        there first): read again and retry once; refused again, one key at a time, so that one
+        key cannot hold back the others. A key refused on its own stays decided with the error.
+        """
+        pending = self.settle(rows)
+        refusal: ContractRevert | None = None
+        for _ in range(2):
+            if not pending:
+                return
+            try:
+                self.sent(pending, send(pending))
+                return
+            except ContractRevert as revert:
+                self._log_refusal(pending, revert)
+                refusal = revert
+            pending = self.settle(pending)
+        if len(pending) == 1 and refusal is not None:
+            self.failed(pending, str(refusal))
+            return
+        for row in pending:
+            try:
+                self.sent([row], send([row]))
+            except ContractRevert as revert:
+                self._log_refusal([row], revert)
+                if self.settle([row]):
+                    self.failed([row], str(revert))
+
+    def settle(self, rows: Sequence[DueRow]) -> list[DueRow]:
+        """Read each key's on-chain status; settle those that are not Pending; return the Pending ones."""
+        works = [(row, self.client.pool.get_work(row.pool_id, row.work_key)) for row in rows]
+        pending = [row for row, work in works if work.status is WorkStatus.PENDING]
+        missing = [row for row, work in works if work.status is WorkStatus.NONE]
+        decided = [(row, work) for row, work in works if work.status not in (WorkStatus.PENDING, WorkStatus.NONE)]
+        if missing:
+            # Not submitted on-chain (as far as this node sees): keep the verdict, retry later.
+            self.failed(missing, "work key not found on-chain (status None)")
+        if not decided:
+            return pending
+        with self.conn.transaction():
+            for row, work in decided:
+                self._settle_decided(row, work)
+        return pending
+
+    def _settle_decided(self, row: DueRow, work: Work) -> None:
+        fields = _fields(row, self.me, work_validator=work.validator, status=work.status.name)
+        if work.validator == self.me and work.status in _OURS[row.verdict]:
+            note = f"found {work.status.name} on-chain by this validator (sent before a restart)"
+            store.mark_sent(self.conn, [row.key], None, note=note)
+            self._count("recovered", [row])
+            log.info("verdict already on-chain, marked sent", extra=fields)
+        else:
+            why = f"on-chain {work.status.name} by {work.validator}"
+            store.mark_superseded(self.conn, row.key, why)
+            self._count("superseded", [row])
+            log.info("verdict superseded", extra=fields)
+
+    def sent(self, rows: Sequence[DueRow], receipt: TxReceipt) -> None:
+        """Commit `rows` as sent by `receipt`'s transaction (before anything else is sent)."""
+        tx_hash = bytes(receipt["transactionHash"])
+        with self.conn.transaction():
+            store.mark_sent(self.conn, [row.key for row in rows], tx_hash)
+        kind = "invalidated" if rows[0].verdict == "invalid" else "attested"
+        self._count(kind, rows)
+        extra = _fields(rows[0], self.me, tx="0x" + tx_hash.hex(), count=len(rows))
+        if len(rows) > 1:
+            extra["work_key"] = ",".join("0x" + row.work_key.hex() for row in rows)
+        log.info(f"work {kind}", extra=extra)
+
+    def failed(self, rows: Sequence[DueRow], error: str) -> None:
+        """Leave `rows` decided with `error` recorded; a later flush tries them again."""
+        if not rows:
+            return
+        with self.conn.transaction():
+            store.record_send_error(self.conn, [row.key for row in rows], error)
+        self._count("failed", rows)
+        for row in rows:
+            log.warning("verdict not sent, will retry", extra=_fields(row, self.me, error=error[:200]))
+
+    def _count(self, kind: str, rows: Sequence[DueRow]) -> None:
+        self.counts[kind] += len(rows)
+        self.handled.update(row.key for row in rows)
+
+    def _log_refusal(self, rows: Sequence[DueRow], revert: ContractRevert) -> None:
+        log.warning(
+            "chain refused the verdicts, reading their status again",
+            extra=_fields(rows[0], self.me, count=len(rows), revert=str(revert)),
+        )
+
+
+def _fields(row: DueRow, validator: str, **more: object) -> dict[str, object]:
+    """The `extra=` of a log line about `row`."""
+    return {
+        "pool": row.pool_id,
+        "work_key": "0x" + row.work_key.hex(),
+        "verdict": row.verdict,
+        "validator": validator,
+        **more,
+    }
