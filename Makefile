@@ -59,6 +59,7 @@ bench: setup contracts
 	$(PY) bench/heartbeat.py
 	$(PY) bench/toploc.py
 	$(PY) -m bench.worker  # as a module: the file name would shadow the worker package
+	$(PY) -m bench.validator
 
 clean:
 	rm -rf contracts/build .devnet .pytest_cache

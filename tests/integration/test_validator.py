@@ -92,9 +92,9 @@ class Bench:
         """A fresh provider (minted, staked) with a fresh node that joined the pool by itself."""
         admin, cast = self.client, self.market.stack.cast
         provider, node = Account.create(), Account.create()
-        TxSender(admin.w3, cast.admin).transfer_eth(provider.address, 10**18)
-        admin.token.mint(provider.address, 100 * TOKEN)
-        onboard_node(admin, provider, node, 100 * TOKEN, compute_units=1)
+        TxSender(admin.w3, cast.admin).transfer_eth(provider.address, 3 * 10**18)
+        admin.token.mint(provider.address, 300 * TOKEN)
+        onboard_node(admin, provider, node, 200 * TOKEN, compute_units=1)
         as_node = admin.as_account(node)
         expiry = admin.w3.eth.get_block("latest")["timestamp"] + 3600
         nonce = int.from_bytes(os.urandom(8), "big")

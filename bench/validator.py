@@ -1,0 +1,255 @@
+"""Validator figures on the devnet: throughput against a worker's, latency, gas per accepted file.
+
+1. The market runs for real (anvil, PostgreSQL `proofpool_bench_validator_<random>`, Redis db 8,
+   SeaweedFS, the indexer dispatching tasks, the backend), with `proofpool validator run` (one
+   slot) and `proofpool worker run --max-batches N` as processes. The bench watches the chain
+   and the `validations` table at 20 Hz and reports, per submission, the time from the moment
+   its `WorkSubmitted` was seen to the recorded decision and to the on-chain verdict (p50/p99;
+   targets: decision p50 <= 5 s, on-chain verdict p50 <= 10 s), and the gas of `attestWork` per
+   accepted key (plus `submitWork`, for the total per accepted submission).
+2. Throughput, in this process on the same model and files: the worker's bare generation of the
+   files' requests (vLLM) against `run_checks` at sample rates 1, 1/4 and 1/32 of rows (PyTorch
+   prefill + TOPLOC + sampling check). Target: validated tokens/s >= 20x generated tokens/s.
+
+Prints JSON lines and writes `bench/results/validator.jsonl`.
+Run: `.venv/bin/python -m bench.validator [--batches 12]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import psycopg
+import redis
+
+from proofpool import db
+from proofpool.chain.bindings import WorkStatus
+from proofpool.chain.units import TOKEN
+from proofpool.config import get_settings
+from proofpool.devnet.market import onboard_node
+from proofpool.devnet.services import wait_until
+from proofpool.devnet.stack import DevnetStack, start_stack
+from proofpool.model.build import load_model
+from proofpool.model.cache import ensure_devnet_model
+from proofpool.rollout import read_rollouts
+from proofpool.storage import ObjectStore, rollout_key
+from proofpool.storage.seaweed import start_seaweed
+from validator.checks import PoolRules, SubmissionFacts, run_checks
+from worker.engine import GenerationRequest, InferenceEngine
+from worker.sampler import SamplerSettings
+
+RESULTS = Path(__file__).resolve().parent / "results" / "validator.jsonl"
+REDIS_DB = 8
+TARGET_RATIO = 20.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def watch(stack: DevnetStack, node: str, batches: int, timeout: float) -> dict[bytes, dict[str, float]]:
+    """First-seen wall times of each submission, its decision and its on-chain verdict."""
+    client = stack.admin
+    seen: dict[bytes, dict[str, float]] = {}
+    start_block = client.book.deploy_block
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            now = time.time()
+            logs = client.w3.eth.get_logs({"fromBlock": start_block, "address": client.pool.address})
+            for event in client.decoder().decode_logs(logs):
+                if event.name == "WorkSubmitted" and event.args["node"] == node:
+                    seen.setdefault(event.args["workKey"], {"submitted": now})
+            for key, times in seen.items():
+                if "decided" not in times:
+                    row = conn.execute(
+                        "SELECT extract(epoch FROM decided_at) FROM validations"
+                        " WHERE work_key = %s AND decided_at IS NOT NULL",
+                        (key,),
+                    ).fetchone()
+                    if row:
+                        times["decided"] = float(row[0])
+                if "verdict" not in times and client.pool.get_work(stack.pool_id, key).status is not WorkStatus.PENDING:
+                    times["verdict"] = now
+            if len(seen) >= batches and all("verdict" in t for t in seen.values()):
+                return seen
+            time.sleep(0.05)
+    raise TimeoutError(f"only {sum('verdict' in t for t in seen.values())} of {batches} verdicts in {timeout} s")
+
+
+def gas_figures(stack: DevnetStack, node: str) -> dict[str, float]:
+    client = stack.admin
+    logs = client.w3.eth.get_logs({"fromBlock": client.book.deploy_block, "address": client.pool.address})
+    attest_txs: dict[bytes, int] = {}
+    submit_gas = []
+    for event in client.decoder().decode_logs(logs):
+        tx = bytes(event.tx_hash)
+        if event.name == "WorkAttested":
+            attest_txs[tx] = attest_txs.get(tx, 0) + 1
+        elif event.name == "WorkSubmitted" and event.args["node"] == node:
+            submit_gas.append(client.w3.eth.get_transaction_receipt(tx)["gasUsed"])
+    attest_gas = sum(client.w3.eth.get_transaction_receipt(tx)["gasUsed"] for tx in attest_txs)
+    keys = sum(attest_txs.values())
+    return {
+        "attest_txs": len(attest_txs),
+        "accepted_keys": keys,
+        "attest_gas_per_key": attest_gas / keys if keys else float("nan"),
+        "submit_gas": statistics.mean(submit_gas) if submit_gas else float("nan"),
+    }
+
+
+def throughput(files: list[tuple[bytes, bytes]], pool_id: int, node: str) -> list[dict]:
+    """Bare generation tokens/s of the files' requests vs run_checks tokens/s at several rates."""
+    path = ensure_devnet_model(progress=None)
+    samples = [read_rollouts(data)[1] for _, data in files]
+    tokens = sum(len(r.completion_tokens) for rows in samples for r in rows)
+    with InferenceEngine(path) as engine:
+        plans = [
+            [
+                GenerationRequest(r.prompt_tokens, SamplerSettings(r.sampling_seed, i, r.temperature), 8)
+                for i, r in enumerate(rows)
+            ]
+            for rows in samples
+        ]  # row i was sampled with sample index i, as the worker asked vLLM
+        engine.generate(plans[0])  # warm-up
+        started = time.perf_counter()
+        for plan in plans:
+            engine.generate(plan)
+        generation = time.perf_counter() - started
+    gen_tps = tokens / generation
+    rows_out = [
+        {"bench": "validator", "figure": "worker_generation_tokens_per_s", "value": round(gen_tps, 1), "tokens": tokens}
+    ]
+    for precision in ("bf16", "fp32"):
+        model = load_model(path, precision)
+        for rate in (1.0, 0.25, 1 / 32):
+            checked, started = 0, time.perf_counter()
+            for (key, data), rows in zip(files, samples, strict=True):
+                facts = SubmissionFacts(pool_id, key, node, sum(len(r.completion_tokens) for r in rows), 0)
+                verdict = run_checks(
+                    data,
+                    facts,
+                    PoolRules(latest_version=0),
+                    lambda _v, m=model: m,
+                    sample_rate=rate,
+                    selection_seed=key,
+                )
+                assert verdict.accepted, verdict
+                checked += sum(len(r.completion_tokens) for r in rows)
+            seconds = time.perf_counter() - started
+            ratio = (checked / seconds) / gen_tps
+            rows_out.append(
+                {
+                    "bench": "validator",
+                    "figure": "validated_tokens_per_s",
+                    "precision": precision,
+                    "row_sample_rate": rate,
+                    "value": round(checked / seconds, 1),
+                    "ratio_to_generation": round(ratio, 2),
+                    "target_ratio": TARGET_RATIO,
+                    "met": ratio >= TARGET_RATIO,
+                }
+            )
+    return rows_out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=12, help="Files the worker submits.")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="proofpool-bench-validator-"))
+    url = db.with_database(get_settings().database_url, f"proofpool_bench_validator_{uuid.uuid4().hex[:8]}")
+    redis_url = get_settings().redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}"
+    redis.Redis.from_url(redis_url).flushdb()
+    db.ensure_database(url)
+    rows: list[dict] = []
+    try:
+        db.upgrade(url)
+        with start_seaweed(root / "s3", access_key="bench", secret_key="bench-secret", bucket="bench") as s3:
+            stack = start_stack(root / "stack", database_url=url, redis_url=redis_url, s3_env=s3.env(), dispatch=True)
+            try:
+                cast = stack.cast
+                onboard_node(stack.admin, cast.alice, cast.alice_node, 200 * TOKEN, compute_units=4)
+                validator = stack.spawn(
+                    "validator", ["validator", "run", "--key", cast.validator.key.hex(), "--metrics-port", "0"]
+                )
+                wait_until(
+                    lambda: "ready" in validator.log_path.read_text(errors="replace").split("verdicts-")[-1],
+                    timeout=120,
+                    what="the validator",
+                    service=validator,
+                )
+                worker = stack.spawn(
+                    "worker",
+                    [
+                        "worker",
+                        "run",
+                        "--pool",
+                        str(stack.pool_id),
+                        "--max-batches",
+                        str(args.batches),
+                        "--idle-interval",
+                        "0.5",
+                        "--state-dir",
+                        str(root / "worker"),
+                    ],
+                    {"PROOFPOOL_NODE_KEY": cast.alice_node.key.hex()},
+                )
+                times = watch(stack, cast.alice_node.address, args.batches, timeout=900)
+                worker.process.wait(timeout=60)
+                decision = [t["decided"] - t["submitted"] for t in times.values()]
+                onchain = [t["verdict"] - t["submitted"] for t in times.values()]
+                rows.append(
+                    {
+                        "bench": "validator",
+                        "figure": "submission_to_decision_s",
+                        "p50": round(percentile(decision, 0.5), 3),
+                        "p99": round(percentile(decision, 0.99), 3),
+                        "target_p50": 5.0,
+                        "n": len(decision),
+                    }
+                )
+                rows.append(
+                    {
+                        "bench": "validator",
+                        "figure": "submission_to_onchain_verdict_s",
+                        "p50": round(percentile(onchain, 0.5), 3),
+                        "p99": round(percentile(onchain, 0.99), 3),
+                        "target_p50": 10.0,
+                        "n": len(onchain),
+                    }
+                )
+                gas = gas_figures(stack, cast.alice_node.address)
+                rows.append(
+                    {
+                        "bench": "validator",
+                        "figure": "gas_per_accepted_submission",
+                        **gas,
+                        "total_per_accepted": round(gas["submit_gas"] + gas["attest_gas_per_key"]),
+                    }
+                )
+                store = ObjectStore.from_settings(s3.settings(get_settings()))
+                files = [
+                    (key, store.get_object(rollout_key(stack.pool_id, cast.alice_node.address, key.hex())))
+                    for key in times
+                ]
+            finally:
+                stack.close()
+        rows += throughput(files, stack.pool_id, cast.alice_node.address)
+    finally:
+        db.drop_database(url)
+    for row in rows:
+        print(json.dumps(row), flush=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text("".join(json.dumps(row) + "\n" for row in rows))
+
+
+if __name__ == "__main__":
+    main()
