@@ -18,33 +18,23 @@ Run: `.venv/bin/python -m bench.validator [--batches 12]`.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import tempfile
 import time
-import uuid
-from pathlib import Path
 
 import psycopg
-import redis
 
-from proofpool import db
+from bench.market import bench_market, emit
 from proofpool.chain.bindings import WorkStatus
-from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
-from proofpool.devnet.market import onboard_node
-from proofpool.devnet.services import wait_until
-from proofpool.devnet.stack import DevnetStack, start_stack
+from proofpool.devnet.stack import DevnetStack
 from proofpool.model.build import load_model
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.rollout import read_rollouts
 from proofpool.storage import ObjectStore, rollout_key
-from proofpool.storage.seaweed import start_seaweed
 from validator.checks import PoolRules, SubmissionFacts, run_checks
 from worker.engine import GenerationRequest, InferenceEngine
 from worker.sampler import SamplerSettings
 
-RESULTS = Path(__file__).resolve().parent / "results" / "validator.jsonl"
 REDIS_DB = 8
 TARGET_RATIO = 20.0
 
@@ -164,91 +154,45 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batches", type=int, default=12, help="Files the worker submits.")
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp(prefix="proofpool-bench-validator-"))
-    url = db.with_database(get_settings().database_url, f"proofpool_bench_validator_{uuid.uuid4().hex[:8]}")
-    redis_url = get_settings().redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}"
-    redis.Redis.from_url(redis_url).flushdb()
-    db.ensure_database(url)
-    rows: list[dict] = []
-    try:
-        db.upgrade(url)
-        with start_seaweed(root / "s3", access_key="bench", secret_key="bench-secret", bucket="bench") as s3:
-            stack = start_stack(root / "stack", database_url=url, redis_url=redis_url, s3_env=s3.env(), dispatch=True)
-            try:
-                cast = stack.cast
-                onboard_node(stack.admin, cast.alice, cast.alice_node, 200 * TOKEN, compute_units=4)
-                validator = stack.spawn(
-                    "validator", ["validator", "run", "--key", cast.validator.key.hex(), "--metrics-port", "0"]
-                )
-                wait_until(
-                    lambda: "ready" in validator.log_path.read_text(errors="replace").split("verdicts-")[-1],
-                    timeout=120,
-                    what="the validator",
-                    service=validator,
-                )
-                worker = stack.spawn(
-                    "worker",
-                    [
-                        "worker",
-                        "run",
-                        "--pool",
-                        str(stack.pool_id),
-                        "--max-batches",
-                        str(args.batches),
-                        "--idle-interval",
-                        "0.5",
-                        "--state-dir",
-                        str(root / "worker"),
-                    ],
-                    {"PROOFPOOL_NODE_KEY": cast.alice_node.key.hex()},
-                )
-                times = watch(stack, cast.alice_node.address, args.batches, timeout=900)
-                worker.process.wait(timeout=60)
-                decision = [t["decided"] - t["submitted"] for t in times.values()]
-                onchain = [t["verdict"] - t["submitted"] for t in times.values()]
-                rows.append(
-                    {
-                        "bench": "validator",
-                        "figure": "submission_to_decision_s",
-                        "p50": round(percentile(decision, 0.5), 3),
-                        "p99": round(percentile(decision, 0.99), 3),
-                        "target_p50": 5.0,
-                        "n": len(decision),
-                    }
-                )
-                rows.append(
-                    {
-                        "bench": "validator",
-                        "figure": "submission_to_onchain_verdict_s",
-                        "p50": round(percentile(onchain, 0.5), 3),
-                        "p99": round(percentile(onchain, 0.99), 3),
-                        "target_p50": 10.0,
-                        "n": len(onchain),
-                    }
-                )
-                gas = gas_figures(stack, cast.alice_node.address)
-                rows.append(
-                    {
-                        "bench": "validator",
-                        "figure": "gas_per_accepted_submission",
-                        **gas,
-                        "total_per_accepted": round(gas["submit_gas"] + gas["attest_gas_per_key"]),
-                    }
-                )
-                store = ObjectStore.from_settings(s3.settings(get_settings()))
-                files = [
-                    (key, store.get_object(rollout_key(stack.pool_id, cast.alice_node.address, key.hex())))
-                    for key in times
-                ]
-            finally:
-                stack.close()
-        rows += throughput(files, stack.pool_id, cast.alice_node.address)
-    finally:
-        db.drop_database(url)
-    for row in rows:
-        print(json.dumps(row), flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with bench_market("validator", REDIS_DB, dispatch=True) as market:
+        stack, node = market.stack, market.stack.cast.alice_node
+        validator = stack.spawn(
+            "validator", ["validator", "run", "--key", stack.cast.validator.key.hex(), "--metrics-port", "0"]
+        )
+        worker_args = ["--pool", str(stack.pool_id), "--max-batches", str(args.batches), "--idle-interval", "0.5"]
+        worker = stack.spawn(
+            "worker",
+            ["worker", "run", *worker_args, "--state-dir", str(market.root / "worker")],
+            {"PROOFPOOL_NODE_KEY": node.key.hex()},
+        )
+        times = watch(stack, node.address, args.batches, timeout=900)
+        worker.process.wait(timeout=60)
+        assert validator.alive, validator.log_tail()
+        rows = [
+            latency_row("submission_to_decision_s", [t["decided"] - t["submitted"] for t in times.values()], 5.0),
+            latency_row(
+                "submission_to_onchain_verdict_s", [t["verdict"] - t["submitted"] for t in times.values()], 10.0
+            ),
+        ]
+        gas = gas_figures(stack, node.address)
+        total = round(gas["submit_gas"] + gas["attest_gas_per_key"])
+        rows.append({"bench": "validator", "figure": "gas_per_accepted_submission", **gas, "total_per_accepted": total})
+        store = ObjectStore.from_settings(market.s3.settings(get_settings()))
+        files = [(key, store.get_object(rollout_key(stack.pool_id, node.address, key.hex()))) for key in times]
+    rows += throughput(files, stack.pool_id, node.address)
+    emit("validator", rows)
+
+
+def latency_row(figure: str, seconds: list[float], target_p50: float) -> dict:
+    return {
+        "bench": "validator",
+        "figure": figure,
+        "p50": round(percentile(seconds, 0.5), 3),
+        "p99": round(percentile(seconds, 0.99), 3),
+        "target_p50": target_p50,
+        "met": percentile(seconds, 0.5) <= target_p50,
+        "n": len(seconds),
+    }
 
 
 if __name__ == "__main__":

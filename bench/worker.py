@@ -21,33 +21,24 @@ script, this file would shadow the `worker` package).
 from __future__ import annotations
 
 import argparse
-import json
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import psycopg
-import redis
 
-from proofpool import db
+from bench.market import bench_market, emit
 from proofpool.assignment import sampling_seed, task_ids
-from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
-from proofpool.devnet.market import onboard_node
-from proofpool.devnet.stack import start_stack
 from proofpool.http.node_api import NodeApi
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.rollout import RolloutFileMeta
 from proofpool.storage.s3 import ObjectStore
-from proofpool.storage.seaweed import start_seaweed
 from worker.console import WorkerConsole
 from worker.engine import InferenceEngine
 from worker.node import WorkerConfig, WorkerNode
 from worker.retry import Backoff
 from worker.rollout import generate_rollout_file, plan_batch
 
-RESULTS = Path(__file__).resolve().parent / "results" / "worker.jsonl"
 TARGET_OVERHEAD = 0.10
 REDIS_DB = 9
 GROUP_SIZE = 8
@@ -146,28 +137,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8, help="Batches measured (after one warm-up batch).")
     args = parser.parse_args()
 
-    root = Path(tempfile.mkdtemp(prefix="proofpool-bench-worker-"))
-    url = db.with_database(get_settings().database_url, f"proofpool_bench_worker_{uuid.uuid4().hex[:8]}")
-    redis_url = get_settings().redis_url.rsplit("/", 1)[0] + f"/{REDIS_DB}"
-    redis.Redis.from_url(redis_url).flushdb()
-    db.ensure_database(url)
-    rows = []
-    try:
-        db.upgrade(url)
-        with start_seaweed(root / "s3", access_key="bench", secret_key="bench-secret", bucket="bench") as store:
-            stack = start_stack(root / "stack", database_url=url, redis_url=redis_url, s3_env=store.env(), say=print)
-            try:
-                cast = stack.cast
-                onboard_node(stack.admin, cast.alice, cast.alice_node, 200 * TOKEN, compute_units=4)
-                console = run_worker(stack, cast.alice_node, args.batch_size, args.batches, root)
-            finally:
-                stack.close()
-        (first_end, _, _), *measured = console.ends
-        e2e_tokens = sum(tokens for _, _, tokens in measured)
-        e2e_seconds = measured[-1][0] - first_end
-        timed = time_engine(cast.alice_node.address, stack.pool_id, [b for _, b, _ in measured], args.batch_size)
-    finally:
-        db.drop_database(url)
+    with bench_market("worker", REDIS_DB, dispatch=False) as market:
+        stack, node = market.stack, market.stack.cast.alice_node
+        console = run_worker(stack, node, args.batch_size, args.batches, market.root)
+    (first_end, _, _), *measured = console.ends
+    e2e_tokens = sum(tokens for _, _, tokens in measured)
+    e2e_seconds = measured[-1][0] - first_end
+    timed = time_engine(node.address, stack.pool_id, [b for _, b, _ in measured], args.batch_size)
     assert timed["tokens"] == e2e_tokens, "the bare engine must generate exactly the worker's tokens"
     bare_tps = timed["tokens"] / timed["bare_seconds"]
     local_tps = timed["tokens"] / timed["local_seconds"]
@@ -198,10 +174,7 @@ def main() -> None:
             **common,
         },
     ]
-    for row in rows:
-        print(json.dumps(row), flush=True)
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    emit("worker", rows)
 
 
 if __name__ == "__main__":

@@ -184,8 +184,7 @@ def checkpoint(
     from proofpool.checkpoint import onchain_checkpoint
 
     client = reader_client(rpc_url)
-    if not 1 <= pool_id <= client.pool.pool_count():
-        raise ProofpoolError(f"no pool {pool_id} on chain {client.chain_id}")
+    _require_pool(client, pool_id)
     anchored = onchain_checkpoint(client, pool_id, version)
     if anchored is None:
         which = "any checkpoint" if version is None else f"checkpoint {version}"
@@ -212,8 +211,7 @@ def status(
 ) -> None:
     """Parameters, budget and latest checkpoint of a pool."""
     client = reader_client(rpc_url)
-    if not 1 <= pool_id <= client.pool.pool_count():
-        raise ProofpoolError(f"no pool {pool_id} on chain {client.chain_id}")
+    _require_pool(client, pool_id)
     pool = client.pool.get_pool(pool_id)
     checkpoint = client.pool.latest_checkpoint(pool_id)
     data = {**asdict(pool), "status": pool.status.name, "latest_checkpoint": asdict(checkpoint)}
@@ -231,3 +229,9 @@ def status(
         )
     else:
         console.print(f"{'latest_checkpoint':24} none")
+
+
+def _require_pool(client: ChainClient, pool_id: int) -> None:
+    """A one-line error for a pool id the chain does not have."""
+    if not 1 <= pool_id <= client.pool.pool_count():
+        raise ProofpoolError(f"no pool {pool_id} on chain {client.chain_id}")

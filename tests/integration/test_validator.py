@@ -9,13 +9,17 @@ provider and ejects the node for good), and every verdict is read back from the 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 
+import httpx
 import psutil
 import psycopg
 import pyarrow as pa
@@ -54,10 +58,11 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def spawn_validator(market: Market, account: LocalAccount, name: str) -> Service:
+def spawn_validator(market: Market, account: LocalAccount, name: str, metrics_port: int = 0) -> Service:
+    port = metrics_port or free_port()
     return market.stack.spawn(
         name,
-        ["validator", "run", "--key", account.key.hex(), "--concurrency", "1", "--metrics-port", str(free_port())],
+        ["validator", "run", "--key", account.key.hex(), "--concurrency", "1", "--metrics-port", str(port)],
         {
             "PROOFPOOL_CELERY_VISIBILITY_TIMEOUT": "10",
             "PROOFPOOL_VALIDATOR_MISSING_GRACE": "4",
@@ -282,5 +287,37 @@ def test_two_validators_never_both_judge_a_submission(bench: Bench) -> None:
             ).fetchall()
         assert len(owners) == 6  # one row, one owner per key
         assert second.alive and bench.validator.alive
+    finally:
+        second.stop()
+
+
+def test_status_shows_verdicts_earnings_and_queues_and_metrics_are_served(bench: Bench) -> None:
+    port = free_port()
+    second = spawn_validator(bench.market, SECOND_VALIDATOR, "validator-metrics", metrics_port=port)
+    try:
+        key = bench.submit_rows(bench.honest_rows)
+        bench.verdict(key)
+        reply = subprocess.run(
+            [sys.executable, "-m", "proofpool.cli.main", "validator", "status",
+             bench.market.stack.cast.validator.address, "--json"],
+            env=bench.market.stack.env, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert reply.returncode == 0, reply.stderr
+        status = json.loads(reply.stdout)
+        assert status["has_validator_role"] is True
+        assert status["verdicts_sent"]["invalid"] == len(BAD_FILES)
+        assert status["verdicts_sent"]["accepted"] >= 3
+        assert status["slashes_reported"] == len(BAD_FILES)
+        assert int(status["slash_shares_earned"]) > 0
+        assert set(status["queue_depth"]) == {"validate", "verdicts"}
+
+        def served() -> bool:
+            try:
+                text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+            except httpx.HTTPError:
+                return False
+            return "proofpool_validations_total" in text
+
+        wait_until(served, timeout=60, what="the validator's metrics", service=second)
     finally:
         second.stop()
