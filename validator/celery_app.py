@@ -44,3 +44,8 @@ def _on_ready(**_: object) -> None:
     metrics.serve(port + 1 if port and role == VERDICTS_QUEUE else port)
     if role == VERDICTS_QUEUE:
         app.send_task(SEND_VERDICTS)
+    else:
+        from validator.models import warm_up
+        from validator.resources import resources
+
+        warm_up(resources())

@@ -76,14 +76,13 @@ def run() -> None:
     except typer.Abort:
         Console(stderr=True).print("aborted")
         sys.exit(130)
-    except Exception as exc:  # click usage errors carry their own exit code
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
-            sys.exit(exc.exit_code)
+    except Exception as exc:  # usage errors carry their own exit code
+        # Typer vendors click (typer._click), so its exceptions are not `click`'s: match the shape.
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        if type(exc).__name__ == "Exit" and isinstance(getattr(exc, "exit_code", None), int):
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
         raise
 
 
