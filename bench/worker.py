@@ -21,10 +21,14 @@ script, this file would shadow the `worker` package).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import time
 from pathlib import Path
 
+import psutil
 import psycopg
+import torch
 
 from bench.market import bench_market, emit
 from proofpool.assignment import sampling_seed, task_ids
@@ -131,14 +135,37 @@ def time_engine(node: str, pool_id: int, batch_ids: list[int], batch_size: int) 
     return {"tokens": tokens, "bare_seconds": bare, "local_seconds": local}
 
 
+def split_cores() -> None:
+    """Pin this process (the worker, later the bare engine) to core 0 and every process the market
+    started (anvil, SeaweedFS, indexer, backend) to the other cores, so that "overhead" means the
+    worker's own work and not the co-located services' (in production they run elsewhere)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        return
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            child.cpu_affinity(cores[1:])
+    os.sched_setaffinity(0, {cores[0]})
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = str(cores[0])  # one OpenMP thread on the worker's core
+    torch.set_num_threads(1)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--batch-size", type=int, default=32, help="Problems per batch (x8 samples).")
     parser.add_argument("--batches", type=int, default=8, help="Batches measured (after one warm-up batch).")
+    parser.add_argument(
+        "--shared-cores",
+        action="store_true",
+        help="Let the market's processes share the worker's cores (default: the worker gets core 0, "
+        "the market the others, as if they ran on other machines).",
+    )
     args = parser.parse_args()
 
     with bench_market("worker", REDIS_DB, dispatch=False) as market:
         stack, node = market.stack, market.stack.cast.alice_node
+        if not args.shared_cores:
+            split_cores()
         console = run_worker(stack, node, args.batch_size, args.batches, market.root)
     (first_end, _, _), *measured = console.ends
     e2e_tokens = sum(tokens for _, _, tokens in measured)
@@ -149,6 +176,7 @@ def main() -> None:
     local_tps = timed["tokens"] / timed["local_seconds"]
     e2e_tps = e2e_tokens / e2e_seconds
     common = {
+        "cores": "shared" if args.shared_cores else "worker on core 0, market on the others",
         "batch_size": args.batch_size,
         "group_size": GROUP_SIZE,
         "samples_per_batch": args.batch_size * GROUP_SIZE,

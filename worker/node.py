@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import httpx
 from eth_account.signers.local import LocalAccount
 
 from proofpool.chain.bindings import MemberState, PoolStatus
@@ -116,6 +117,8 @@ class WorkerNode:
         self._to_report: JournalEntry | None = None
         self._unservable: UnservableReport | None = None
         self._submitter = Submitter(self)
+        self._uploads = httpx.Client(timeout=120.0)
+        """One client for every presigned PUT (used by the submitter thread only)."""
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -138,6 +141,7 @@ class WorkerNode:
             self._submitter.drain(timeout=SHUTDOWN_SECONDS)
             self.engines.close()
             self.journal.close()
+            self._uploads.close()
         self._submitter.raise_failure()
         self.console.say(f"stopped after {self.submitted} new submission(s)")
 
@@ -302,7 +306,7 @@ class WorkerNode:
         """Upload and submit a journaled batch; abandons it (keeping the file) if the chain refuses."""
         data = self.journal.read_file(entry)
         if entry.state is BatchState.WRITTEN:
-            key = upload(self.api, entry, data, self.stop, self.config.backoff)
+            key = upload(self.api, entry, data, self.stop, self.config.backoff, self._uploads)
             entry = self.journal.set_state(entry, BatchState.UPLOADED)
             log.info("uploaded", extra={**self._context(entry), "key": key})
         try:

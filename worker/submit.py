@@ -15,6 +15,8 @@ import logging
 import threading
 from dataclasses import dataclass
 
+import httpx
+
 from proofpool.chain.bindings import WorkStatus
 from proofpool.chain.client import ChainClient
 from proofpool.chain.errors import ContractRevert
@@ -40,12 +42,19 @@ class Submitted:
     """None when the work was found on-chain already (sent before a crash)."""
 
 
-def upload(api: NodeApi, entry: JournalEntry, data: bytes, stop: threading.Event, backoff: Backoff) -> str:
-    """PUT the file through a presigned URL; returns the object key."""
+def upload(
+    api: NodeApi,
+    entry: JournalEntry,
+    data: bytes,
+    stop: threading.Event,
+    backoff: Backoff,
+    http: httpx.Client | None = None,
+) -> str:
+    """PUT the file through a presigned URL (over `http`, a reused client); returns the object key."""
 
     def once() -> str:
         ticket = api.request_upload(entry.pool_id, entry.work_key, len(data))
-        put_presigned(ticket.url, ticket.headers, data)
+        put_presigned(ticket.url, ticket.headers, data, client=http)
         return ticket.key
 
     return retry(once, what="upload", stop=stop, backoff=backoff, context=_context(entry))
