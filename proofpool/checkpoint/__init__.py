@@ -29,7 +29,13 @@ from proofpool.checkpoint.manifest import (
 )
 from proofpool.checkpoint.publish import PublishedCheckpoint, check_can_publish, publish_checkpoint
 from proofpool.checkpoint.shards import DEFAULT_SHARD_SIZE, write_checkpoint
-from proofpool.checkpoint.store import CheckpointLocation, checkpoint_prefix, parse_checkpoint_uri, upload_checkpoint
+from proofpool.checkpoint.store import (
+    CheckpointLocation,
+    checkpoint_prefix,
+    parse_checkpoint_uri,
+    prune_checkpoints,
+    upload_checkpoint,
+)
 
 __all__ = [
     "DEFAULT_SHARD_SIZE",
@@ -54,6 +60,7 @@ __all__ = [
     "parse_checkpoint_uri",
     "parse_manifest",
     "prune_cache",
+    "prune_checkpoints",
     "publish_checkpoint",
     "upload_checkpoint",
     "write_checkpoint",

@@ -83,3 +83,18 @@ def upload_checkpoint(store: ObjectStore, out_dir: Path, manifest: CheckpointMan
         store.put_object(key, path.read_bytes(), sha256_hex=entry.sha256)
     store.put_object(location.manifest_key, manifest.to_bytes(), content_type=MANIFEST_CONTENT_TYPE)
     return location.uri
+
+
+def prune_checkpoints(store: ObjectStore, pool_id: int, keep_from: int, prefix: str = "") -> list[int]:
+    """Delete the stored checkpoints of `pool_id` older than version `keep_from`; returns the versions
+    deleted. The manifest goes first, so a half-deleted version is never taken for a complete one."""
+    root = checkpoint_prefix(pool_id, 0, prefix).rsplit("0/", 1)[0]
+    by_version: dict[int, list[str]] = {}
+    for info in store.list_objects(root):
+        head = info.key[len(root) :].split("/", 1)[0]
+        if head.isdigit() and int(head) < keep_from:
+            by_version.setdefault(int(head), []).append(info.key)
+    for keys in by_version.values():
+        for key in sorted(keys, key=lambda k: not k.endswith(MANIFEST_NAME)):
+            store.delete(key)
+    return sorted(by_version)

@@ -32,6 +32,7 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
     ("pool", "pool", "Pool creators and managers: create, fund, start, invite, publish checkpoints."),
     ("worker", "worker", "Provider nodes: run the worker agent for a pool, inspect its journal."),
     ("validator", "validator", "Validators: run the Celery validator on a key, show verdicts and earnings."),
+    ("trainer", "trainer", "Pool creators: GRPO on accepted rollouts, publishing each step as a checkpoint."),
     ("model", "model", "Build and warm up the local devnet model."),
     ("db", "db", "Operators: create and migrate the PostgreSQL schema."),
     ("indexer", "indexer", "Operators: follow the chain into PostgreSQL and dispatch validations."),

@@ -1,0 +1,85 @@
+"""`proofpool trainer`: train a pool's model with GRPO on accepted rollouts and publish checkpoints.
+
+Runs as the pool's MANAGER key (only the manager may `publishCheckpoint`).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from proofpool.cli.common import KeyOption, RpcOption, console
+from proofpool.cli.logs import enable_progress_logs
+from proofpool.config import get_settings
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command()
+def run(
+    pool: Annotated[int, typer.Option("--pool", min=1, help="The pool whose model to train.")],
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+    backend_url: Annotated[str | None, typer.Option(help="Ledger API. Default: $PROOFPOOL_BACKEND_URL.")] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Steps to run now (the counter continues across runs).")] = 20,
+    samples_per_step: Annotated[int, typer.Option(min=1, help="Rows gathered before each step.")] = 256,
+    async_level: Annotated[
+        int, typer.Option(min=0, help="k: train on files of versions >= step - k; keep k + 1 versions.")
+    ] = 2,
+    wait_timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for enough rollouts.")] = 600.0,
+    shard_mb: Annotated[float, typer.Option(min=0.001, help="Shard size of published checkpoints (MB).")] = 50.0,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Resumable state. Default: $PROOFPOOL_STATE_DIR/trainer/<pool>.")
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option(help="metrics.csv and reward.png. Default: the state directory.")
+    ] = None,
+    base_model: Annotated[
+        Path | None, typer.Option(help="Local directory of the pool's version-0 model (non-devnet pools).")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="AdamW learning rate (default 2e-4).")] = None,
+) -> None:
+    """Gather accepted rollouts, take GRPO steps, publish each result as the next checkpoint.
+
+    Waits (with a log line saying for what) until enough accepted samples of recent model versions
+    are in the ledger; Ctrl-C/SIGTERM stops after the current step's checkpoint is published.
+    """
+    from proofpool.chain.accounts import load_account
+    from proofpool.chain.client import ChainClient
+    from proofpool.http.ledger_client import LedgerClient
+    from proofpool.storage.s3 import ObjectStore
+    from trainer.config import GrpoConfig
+    from trainer.train import TrainerConfig, run_trainer
+
+    settings = get_settings()
+    enable_progress_logs("trainer", "proofpool.checkpoint")
+    state = (state_dir or settings.state_dir / "trainer" / str(pool)).expanduser()
+    config = TrainerConfig(
+        pool_id=pool,
+        steps=steps,
+        samples_per_step=samples_per_step,
+        async_level=async_level,
+        wait_timeout=wait_timeout,
+        shard_size=int(shard_mb * 1_000_000),
+        state_dir=state,
+        out_dir=(out_dir or state).expanduser(),
+        checkpoint_cache_dir=settings.checkpoint_cache_dir.expanduser(),
+        base_model=base_model,
+        grpo=GrpoConfig() if lr is None else GrpoConfig(lr=lr),
+    )
+    stop = threading.Event()
+
+    def request_stop(signum: int, _frame: object) -> None:
+        console.print(f"[yellow]{signal.Signals(signum).name}: stopping after this step[/yellow]")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
+    with LedgerClient(backend_url or settings.backend_url) as ledger:
+        last = run_trainer(config, client, ObjectStore.from_settings(settings), ledger, stop=stop, say=console.print)
+    console.print(f"trainer stopped at checkpoint {last}; metrics in {config.out_dir / 'metrics.csv'}")

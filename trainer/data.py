@@ -1,0 +1,100 @@
+"""The trainer's rollouts: accepted submissions from the public ledger, files from the store.
+
+Step n trains on files generated with checkpoint versions >= n - k (async level k): workers keep
+producing with the versions they have while the trainer moves on, and files more than k versions
+old are off-policy enough to be left out. Only work a validator accepted is used (`accepted`, or
+`finalized` after the dispute window), so a cheater's rows never reach the gradient. Each file is
+used once; the keys seen are part of the trainer's resumable state.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from proofpool.errors import ProofpoolError
+from proofpool.http.ledger_client import LedgerClient
+from proofpool.rollout import RolloutFileError, RolloutSample, read_rollouts
+from proofpool.storage import rollout_key
+from proofpool.storage.s3 import ObjectStore, StorageError
+
+log = logging.getLogger(__name__)
+
+USABLE_STATUSES = ("accepted", "finalized")
+
+
+class NotEnoughRollouts(ProofpoolError):
+    """The wait for rollouts timed out."""
+
+
+@dataclass
+class RolloutSource:
+    """Accepted files of one pool not used yet."""
+
+    ledger: LedgerClient
+    store: ObjectStore
+    pool_id: int
+    seen: set[bytes] = field(default_factory=set)
+
+    def fetch_new(self, min_version: int) -> list[tuple[bytes, list[RolloutSample]]]:
+        """(work key, rows) of every accepted file with model version >= `min_version` not seen yet."""
+        found = []
+        for row in self._usable():
+            key = bytes.fromhex(row["work_key"].removeprefix("0x"))
+            if key in self.seen or int(row["model_version"]) < min_version:
+                continue
+            self.seen.add(key)
+            try:
+                data = self.store.get_object(rollout_key(self.pool_id, row["node"], key.hex()))
+                _, rows = read_rollouts(data)
+            except (StorageError, RolloutFileError) as exc:  # accepted but unreadable now: skip, say so
+                log.warning("accepted file skipped: %s", exc, extra={"pool": self.pool_id, "work_key": row["work_key"]})
+                continue
+            found.append((key, rows))
+        return found
+
+    def _usable(self) -> Iterable[dict]:
+        for status in USABLE_STATUSES:
+            yield from self.ledger.items("submissions", {"pool_id": self.pool_id, "status": status})
+
+
+def gather(
+    source: RolloutSource,
+    *,
+    step: int,
+    async_level: int,
+    samples: int,
+    timeout: float,
+    stop: threading.Event,
+    say: Callable[[str], None],
+    poll: float = 2.0,
+) -> list[RolloutSample]:
+    """At least `samples` rows from files of versions >= step - async_level (all new ones found)."""
+    min_version = max(0, step - async_level)
+    rows: list[RolloutSample] = []
+    files = 0
+    deadline = time.monotonic() + timeout
+    last_said = 0.0
+    while True:
+        for _, file_rows in source.fetch_new(min_version):
+            rows += file_rows
+            files += 1
+        if len(rows) >= samples:
+            return rows
+        now = time.monotonic()
+        if now > deadline:
+            raise NotEnoughRollouts(
+                f"step {step}: {len(rows)} of {samples} samples from accepted files of versions >= {min_version} "
+                f"after {timeout:.0f} s; are workers and validators running for pool {source.pool_id}?"
+            )
+        if now - last_said > 10:
+            say(
+                f"step {step}: waiting for {samples - len(rows)} more samples from accepted files of model version "
+                f">= {min_version} (have {len(rows)} from {files} files)"
+            )
+            last_said = now
+        if stop.wait(poll):
+            raise NotEnoughRollouts(f"stopped while waiting for rollouts of step {step}")
