@@ -99,6 +99,7 @@ def run_trainer(
         f"trainer for pool {pool}: from checkpoint {step}, {config.steps} steps of >= {config.samples_per_step} samples"
     )
     for _ in range(config.steps):
+        gather_started = time.monotonic()
         rows = gather(
             source,
             step=step,
@@ -109,8 +110,10 @@ def run_trainer(
             say=say,
             poll=config.poll_interval,
         )
-        waited_from = time.monotonic()
+        waited = time.monotonic() - gather_started
+        step_started = time.monotonic()
         metrics = grpo_step(model, optimizer, rows, config.grpo)
+        trained = time.monotonic() - step_started
         published = publish_checkpoint(client, store, pool, step + 1, model, config.shard_size, assets_dir=base_dir)
         pruned = prune_checkpoints(store, pool, keep_from=step + 1 - config.async_level)
         step += 1
@@ -119,7 +122,9 @@ def run_trainer(
             "step": step,
             "version": published.version,
             **_flat(metrics),
-            "publish_seconds": time.monotonic() - waited_from,
+            "wait_seconds": waited,
+            "train_seconds": trained,
+            "publish_seconds": time.monotonic() - step_started - trained,
         }
         append_csv(csv_path, row)
         plot(read_csv(csv_path), png_path, f"pool {pool}: GRPO on accepted rollouts")

@@ -8,7 +8,9 @@ docs/checkpoints.md for the format, the trust chain and the cache layout.
     shards.py     write a model (directory or in memory) as shards + manifest
     store.py      object-store layout and upload
     publish.py    write + upload + `publishCheckpoint`
-    fetch.py      verified download into the local cache
+    fetch.py      verified download into the local cache, several files at once, resumable
+    sources.py    where bytes come from (object store, relays) and which source to ask next
+    relay.py      the HTTP relay that mirrors versions and serves them (imported on its own: FastAPI)
     anchor.py     what the chain recorded for a pool's checkpoints
 """
 
@@ -19,7 +21,14 @@ from proofpool.checkpoint.anchor import (
     onchain_manifest_sha256,
 )
 from proofpool.checkpoint.errors import CheckpointError, Reason
-from proofpool.checkpoint.fetch import FetchProgress, checkpoint_dir, ensure_checkpoint, is_complete, prune_cache
+from proofpool.checkpoint.fetch import (
+    FetchProgress,
+    checkpoint_dir,
+    ensure_checkpoint,
+    fetch_checkpoint,
+    is_complete,
+    prune_cache,
+)
 from proofpool.checkpoint.manifest import (
     MANIFEST_NAME,
     SCHEMA_VERSION,
@@ -29,6 +38,15 @@ from proofpool.checkpoint.manifest import (
 )
 from proofpool.checkpoint.publish import PublishedCheckpoint, check_can_publish, publish_checkpoint
 from proofpool.checkpoint.shards import DEFAULT_SHARD_SIZE, write_checkpoint
+from proofpool.checkpoint.sources import (
+    RelaySource,
+    ShardSource,
+    SourceError,
+    SourcePicker,
+    SourceStats,
+    StoreSource,
+    build_picker,
+)
 from proofpool.checkpoint.store import (
     CheckpointLocation,
     checkpoint_prefix,
@@ -48,12 +66,20 @@ __all__ = [
     "FetchProgress",
     "PublishedCheckpoint",
     "Reason",
+    "RelaySource",
     "ShardEntry",
+    "ShardSource",
+    "SourceError",
+    "SourcePicker",
+    "SourceStats",
+    "StoreSource",
+    "build_picker",
     "check_can_publish",
     "checkpoint_dir",
     "checkpoint_prefix",
     "ensure_checkpoint",
     "ensure_published_checkpoint",
+    "fetch_checkpoint",
     "is_complete",
     "onchain_checkpoint",
     "onchain_manifest_sha256",

@@ -12,6 +12,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from proofpool.errors import ProofpoolError
 
@@ -38,6 +39,7 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
     ("indexer", "indexer", "Operators: follow the chain into PostgreSQL and dispatch validations."),
     ("backend", "backend", "Operators: run the HTTP backend (discovery, orchestrator, uploads, ledger)."),
     ("storage", "storage", "Operators: run the devnet S3 object store (SeaweedFS)."),
+    ("relay", "relay", "Operators: relay checkpoints to workers and validators, mirrored from S3 or a relay."),
     ("ledger", "ledger", "Auditors: query the contribution ledger."),
     ("devnet", "devnet", "Run the embedded devnet market end to end."),
 )
@@ -72,7 +74,7 @@ def run() -> None:
     except ProofpoolError as exc:
         if _state["verbose"]:
             raise
-        Console(stderr=True).print(f"[red]error:[/red] {exc}")
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")  # messages may hold [brackets]
         sys.exit(1)
     except typer.Abort:
         Console(stderr=True).print("aborted")

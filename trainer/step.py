@@ -1,0 +1,154 @@
+"""One GRPO optimizer step on a list of rollout rows.
+
+The step: drop uninformative groups (`online_filter`), split the rest into micro-batches, take
+the old log-probabilities from the model *before* the update, then forward/backward every
+micro-batch (gradients accumulate), clip the global gradient norm, one AdamW step.
+
+Old log-probabilities. Workers generate with checkpoints up to k versions behind the trainer
+(async level k), and rollout files carry no log-probabilities, so the ratio is taken against the
+policy at the start of this step, computed here under `no_grad`. Within one step every
+micro-batch sees the same, not yet updated weights, so the ratio is exactly 1 and the step is the
+plain policy gradient sum(A * grad logp) / normalizer; clipping and the delta cap bound the
+update when a caller trains on the same rows with more than one step (the old log-probabilities
+then come from the start of each step, not from the generating policy).
+
+Because the loss is normalized by a constant, the sum of the micro-batches' losses is the loss
+of the whole step: no reweighting by micro-batch size is needed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from proofpool.model.tokenizer import BOS_ID
+from proofpool.rollout import RolloutSample
+from trainer.batch import TokenBatch, make_batch, online_filter, token_logprobs, token_logprobs_and_entropy
+from trainer.config import GrpoConfig
+from trainer.loss import LossInputs, grpo_loss
+from trainer.world import SINGLE, World
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+
+@dataclass(frozen=True)
+class StepMetrics:
+    """What one step did; token-weighted means over the kept rows' completion tokens."""
+
+    loss: float
+    """The step's loss (sum over micro-batches; each already divided by the normalizer)."""
+    mean_reward: float
+    """Mean reward of all rows given, before filtering: the rollouts' quality."""
+    groups_kept: int
+    groups_dropped: int
+    """Groups the online filter dropped (all advantages zero)."""
+    samples: int
+    """Rows trained on (after filtering)."""
+    tokens: int
+    """Completion tokens trained on."""
+    clip_low_frac: float
+    clip_high_frac: float
+    delta_frac: float
+    ratio_mean: float
+    grad_norm: float
+    """Global gradient norm before clipping (0 when nothing was trained)."""
+    seconds: float
+    stepped: bool
+    """False when every group was dropped: no forward pass and no optimizer step was taken."""
+
+
+def make_optimizer(model: torch.nn.Module, cfg: GrpoConfig) -> torch.optim.AdamW:
+    """AdamW over the model's trainable parameters with the config's rate and weight decay."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+
+def _micro_batches(rows: Sequence[RolloutSample], size: int) -> list[TokenBatch]:
+    """Rows in chunks of `size`, each padded to its own longest row."""
+    return [make_batch(rows[i : i + size]) for i in range(0, len(rows), size)]
+
+
+def grpo_step(
+    model: PreTrainedModel,
+    optimizer: torch.optim.Optimizer,
+    rows: Sequence[RolloutSample],
+    cfg: GrpoConfig,
+    *,
+    ref_model: PreTrainedModel | None = None,
+    world: World = SINGLE,
+) -> StepMetrics:
+    """One optimizer step of `model` on `rows` (see the module docstring); returns its metrics.
+
+    `ref_model` gives the reference log-probabilities of the KL term and is required when
+    `cfg.kl_coef > 0`. The model is left in train mode.
+    """
+    started = time.monotonic()
+    if cfg.kl_coef > 0 and ref_model is None:
+        raise ValueError("kl_coef > 0 needs a ref_model")
+    mean_reward = sum(r.reward for r in rows) / len(rows) if rows else float("nan")
+    filtered = online_filter(rows)
+    if not filtered.rows:
+        return StepMetrics(
+            loss=0.0,
+            mean_reward=mean_reward,
+            groups_kept=0,
+            groups_dropped=filtered.groups_dropped,
+            samples=0,
+            tokens=0,
+            clip_low_frac=0.0,
+            clip_high_frac=0.0,
+            delta_frac=0.0,
+            ratio_mean=1.0,
+            grad_norm=0.0,
+            seconds=time.monotonic() - started,
+            stepped=False,
+        )
+    mine = world.shard(filtered.rows)  # whole groups per rank; every rank filtered the same rows
+    batches = _micro_batches(mine, cfg.micro_batch)
+    model.train()
+    with torch.no_grad():
+        old = [token_logprobs(model, b) for b in batches]  # [mb, seq - 1] each, the pre-update policy
+        refs = [token_logprobs(ref_model, b) for b in batches] if ref_model is not None else [None] * len(batches)
+
+    optimizer.zero_grad(set_to_none=True)
+    loss_total = 0.0
+    sums = {"clip_low_frac": 0.0, "clip_high_frac": 0.0, "delta_frac": 0.0, "ratio_mean": 0.0}
+    tokens = 0
+    for batch, old_logprobs, ref_logprobs in zip(batches, old, refs, strict=True):
+        if cfg.entropy_coef > 0:
+            logprobs, entropy = token_logprobs_and_entropy(model, batch)
+        else:
+            logprobs, entropy = token_logprobs(model, batch), None
+        inputs = LossInputs(logprobs, old_logprobs, batch.advantages, batch.mask, ref_logprobs, entropy)
+        loss, metrics = grpo_loss(inputs, cfg)
+        (loss * world.size).backward()  # FSDP averages gradients over ranks; the loss is a sum
+        n = int(metrics["tokens"])
+        loss_total += float(loss.detach())
+        tokens += n
+        for name in sums:
+            sums[name] += float(metrics[name]) * n
+    if not batches:  # FSDP needs every rank in the gradient reduction: a zero-weight pass
+        (model(input_ids=torch.tensor([[BOS_ID]])).logits.sum() * 0.0).backward()
+    loss_total, tokens, *totals = world.sum([loss_total, tokens, *sums.values()])
+    sums = dict(zip(sums, totals, strict=True))
+    tokens = int(tokens)
+    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+    optimizer.step()  # gradients are left in place (clipped) for inspection; the next step clears them
+    means = {name: total / max(tokens, 1) for name, total in sums.items()}
+    return StepMetrics(
+        loss=loss_total,
+        mean_reward=mean_reward,
+        groups_kept=filtered.groups_kept,
+        groups_dropped=filtered.groups_dropped,
+        samples=len(filtered.rows),
+        tokens=tokens,
+        grad_norm=float(grad_norm),
+        seconds=time.monotonic() - started,
+        stepped=True,
+        **means,
+    )

@@ -1,0 +1,84 @@
+"""Scale-out: the trainer under `torch.distributed`, the model sharded with FSDP (fully_shard).
+
+Every rank holds a shard of the parameters and trains on a share of the step's groups (a group
+never straddles ranks, so its advantages stay whole). FSDP averages gradients across ranks; the
+GRPO loss is a sum over tokens divided by a constant, so each rank multiplies its loss by the
+world size to get exactly the single-process gradient. Side effects (publishing a checkpoint,
+writing metrics) happen on rank 0 only. Tested with the gloo backend on CPU; NCCL on GPUs.
+
+Started by `torchrun --nproc-per-node N`, which sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+from proofpool.rollout import RolloutSample
+from trainer.batch import group_key
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one that publishes and reports."""
+        return self.rank == 0
+
+    def shard(self, rows: Sequence[RolloutSample]) -> list[RolloutSample]:
+        """This rank's rows: whole groups, dealt round-robin in a fixed order (every rank agrees)."""
+        groups: dict[tuple[int, int, str, int], list[RolloutSample]] = defaultdict(list)
+        for row in rows:
+            groups[group_key(row)].append(row)
+        ordered = [groups[k] for k in sorted(groups)]
+        return [row for i, group in enumerate(ordered) if i % self.size == self.rank for row in group]
+
+    def sum(self, values: Sequence[float]) -> list[float]:
+        """Element-wise sum of `values` over all ranks."""
+        if self.size == 1:
+            return list(values)
+        tensor = torch.tensor(list(values), dtype=torch.float64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor.tolist()
+
+
+SINGLE = World(0, 1)
+
+
+def init_world(backend: str = "gloo") -> World:
+    """Join the process group torchrun describes in the environment; a single process otherwise."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size == 1:
+        return SINGLE
+    if not dist.is_initialized():
+        dist.init_process_group(backend)
+    return World(dist.get_rank(), dist.get_world_size())
+
+
+def shard_model(model: torch.nn.Module, world: World) -> torch.nn.Module:
+    """FSDP: each decoder layer, then the whole model, sharded across the ranks."""
+    if world.size == 1:
+        return model
+    from torch.distributed.fsdp import fully_shard
+
+    for layer in model.model.layers:  # Llama layout
+        fully_shard(layer)
+    fully_shard(model)
+    return model
+
+
+def full_state_dict(model: torch.nn.Module, world: World) -> dict[str, torch.Tensor]:
+    """The unsharded weights (gathered on every rank; rank 0 publishes them)."""
+    if world.size == 1:
+        return model.state_dict()
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+    return get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
