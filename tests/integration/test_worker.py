@@ -11,6 +11,7 @@ import hashlib
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import httpx
@@ -143,7 +144,8 @@ def test_worker_picks_up_a_checkpoint_published_mid_run(
 
     manager = market.stack.admin.as_account(market.stack.cast.manager)
     model_dir = init_model(tmp_path / "v1", seed=1)  # same architecture, other weights
-    published = publish_checkpoint(manager, store, market.pool_id, 1, model_dir, shard_size=1 << 20)
+    prefix = f"test/{uuid.uuid4().hex}/"  # the session's bucket is shared with other modules' pools
+    published = publish_checkpoint(manager, store, market.pool_id, 1, model_dir, shard_size=1 << 20, prefix=prefix)
     wait_until(
         lambda: any(e.args["modelVersion"] == 1 for e in submissions(market)),
         timeout=STARTUP,
@@ -166,7 +168,8 @@ def test_worker_skips_a_checkpoint_it_cannot_fetch_and_reports_why(market: Marke
     worker = market.spawn_worker(journal_dir, name="worker-unservable")
     manager = market.stack.admin.as_account(market.stack.cast.manager)
     bogus = hashlib.sha256(b"a manifest nobody uploaded").digest()
-    manager.pool.publish_checkpoint(market.pool_id, 2, bogus, f"s3://{market.bucket}/pools/1/checkpoints/2/")
+    nowhere = f"s3://{market.bucket}/test/{uuid.uuid4().hex}/pools/1/checkpoints/2/"  # no other module's files
+    manager.pool.publish_checkpoint(market.pool_id, 2, bogus, nowhere)
 
     def problem() -> dict | None:
         reply = httpx.get(f"{market.stack.backend_url}/v1/nodes/{market.node}", timeout=5)
