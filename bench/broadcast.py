@@ -31,7 +31,6 @@ import json
 import os
 import resource
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -47,10 +46,12 @@ import psutil
 from safetensors.numpy import save_file
 
 from bench.market import emit
+from proofpool.chain.anvil import free_port
 from proofpool.checkpoint import MANIFEST_NAME, build_picker, fetch_checkpoint, parse_checkpoint_uri, upload_checkpoint
 from proofpool.checkpoint.manifest import manifest_of_files
 from proofpool.checkpoint.sources import relay_client
 from proofpool.config import get_settings
+from proofpool.devnet.services import Service, http_ok, spawn_cli, wait_until
 from proofpool.storage import ObjectStore
 from proofpool.storage.seaweed import SeaweedProcess, start_seaweed
 
@@ -79,16 +80,14 @@ def write_random_checkpoint(out_dir: Path, size_mb: int, shard_mb: int, seed: in
     return [*paths, config]
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @dataclass
 class RelayProcess:
     url: str
-    process: subprocess.Popen[bytes]
+    service: Service
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.service.process
 
     def health(self) -> dict[str, Any]:
         return httpx.get(f"{self.url}/healthz", timeout=10).json()
@@ -96,30 +95,17 @@ class RelayProcess:
 
 @contextmanager
 def relay_process(root: Path, env: dict[str, str], upstream: str, index: int):
-    """`proofpool relay serve` on a free port with its own cache; stopped (by its pid) on exit."""
+    """`proofpool relay serve` on a free port with its own cache; stopped on exit."""
     port = free_port()
-    log = (root / f"relay-{index}.log").open("wb")
     args = ["relay", "serve", "--port", str(port), "--upstream", upstream, "--cache-dir", str(root / f"relay-{index}")]
-    process = subprocess.Popen([sys.executable, "-m", "proofpool.cli.main", *args], env=env, stdout=log, stderr=log)
-    relay = RelayProcess(f"http://127.0.0.1:{port}", process)
+    relay = RelayProcess(
+        f"http://127.0.0.1:{port}", spawn_cli(f"relay-{index}", args, env, root / f"relay-{index}.log")
+    )
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                relay.health()
-                break
-            except httpx.HTTPError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"relay {index} did not start: see {log.name}") from None
-                time.sleep(0.2)
+        wait_until(lambda: http_ok(f"{relay.url}/healthz"), timeout=60, what=f"relay {index}", service=relay.service)
         yield relay
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-        log.close()
+        relay.service.stop(timeout=15)
 
 
 def cpu_seconds(pids: list[int]) -> float:

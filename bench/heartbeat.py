@@ -26,7 +26,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -44,6 +43,7 @@ from redis import Redis
 
 from proofpool import db
 from proofpool.auth.signed_request import sign_request
+from proofpool.chain.anvil import free_port
 from proofpool.config import get_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,12 +56,6 @@ MANAGER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 def node_key(i: int) -> bytes:
     """Deterministic, distinct node keys (bench only)."""
     return hashlib.sha256(f"proofpool-bench-node-{i}".encode()).digest()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def seed_database(url: str, nodes: list[str]) -> None:

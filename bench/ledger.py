@@ -23,7 +23,6 @@ import json
 import os
 import platform
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -41,6 +40,7 @@ from eth_utils import to_checksum_address
 
 from backend.db.ledger import SUBMISSIONS, encode_cursor, fetch_page
 from proofpool import db
+from proofpool.chain.anvil import free_port
 from proofpool.config import REPO_ROOT, get_settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ledger.jsonl"
@@ -196,12 +196,6 @@ def percentiles(samples_ms: list[float]) -> dict[str, float]:
         "p99_ms": round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))], 2),
         "max_ms": round(ordered[-1], 2),
     }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def serve(url: str) -> tuple[subprocess.Popen, str]:

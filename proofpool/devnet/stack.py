@@ -8,12 +8,11 @@ started SeaweedFS); everything else is started here and stopped by `close()`.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from proofpool.chain.anvil import AnvilProcess, start_anvil
+from proofpool.chain.anvil import AnvilProcess, free_port, start_anvil
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import deploy_contracts, write_address_book
 from proofpool.chain.rpc import connect
@@ -48,12 +47,6 @@ class DevnetStack:
         for service in reversed(self.services):
             service.stop(timeout=15)
         self.anvil.stop()
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_stack(

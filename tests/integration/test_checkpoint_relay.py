@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -22,6 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from proofpool.chain.anvil import free_port
 from proofpool.checkpoint import (
     MANIFEST_NAME,
     CheckpointManifest,
@@ -75,12 +75,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def published(object_store: ObjectStore, model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Published:
     prefix = f"test/relay-{os.urandom(8).hex()}/"
     return publish(object_store, model_dir, tmp_path_factory.mktemp("relay-ckpt") / "out", prefix)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @contextmanager

@@ -7,15 +7,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-import httpx
 import pytest
 from typer.testing import CliRunner
 
@@ -26,7 +22,8 @@ from proofpool.chain.client import ChainClient
 from proofpool.chain.signing import sign_invite
 from proofpool.chain.units import TOKEN
 from proofpool.cli.main import app
-from proofpool.config import REPO_ROOT, get_settings
+from proofpool.config import get_settings
+from proofpool.devnet.services import http_ok, spawn_cli, wait_until
 from proofpool.errors import ConfigError, ProofpoolError
 from tests.fixtures.indexer import LoopWorld, indexer_env, make_indexer
 from tests.fixtures.ledger import ledger_redis_url
@@ -96,41 +93,15 @@ def market(loop_world: LoopWorld, tmp_path_factory: pytest.TempPathFactory) -> I
         make_indexer(loop_world.w3, loop_world.book, url).run(once=True)
         env = indexer_env(url, loop_world.anvil, loop_world.book, deployments, REDIS_URL=ledger_redis_url())
         port = free_port()
-        log = open(tmp_path_factory.mktemp("provider-cli-backend") / "backend.log", "wb")  # noqa: SIM115
         serve = ["backend", "serve", "--port", str(port), "--log-level", "warning", "--no-access-log"]
-        backend = subprocess.Popen(
-            [sys.executable, "-m", "proofpool.cli.main", *serve],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
+        log = tmp_path_factory.mktemp("provider-cli-backend") / "backend.log"
+        backend = spawn_cli("backend", serve, env, log)
         try:
             base_url = f"http://127.0.0.1:{port}"
-            _wait_until_serving(backend, base_url)
+            wait_until(lambda: http_ok(f"{base_url}/v1/ledger/pools"), timeout=90, what="the backend", service=backend)
             yield Market(loop_world, pool_id, base_url, deployments)
         finally:
-            backend.terminate()
-            try:
-                backend.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                backend.kill()
-                backend.wait()
-            log.close()
-
-
-def _wait_until_serving(backend: subprocess.Popen[bytes], base_url: str, timeout: float = 90.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if backend.poll() is not None:
-            raise RuntimeError(f"`proofpool backend serve` exited with {backend.returncode}")
-        try:
-            if httpx.get(f"{base_url}/v1/ledger/pools", timeout=2).status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError(f"backend did not answer at {base_url} within {timeout} s")
+            backend.stop(timeout=10)
 
 
 @pytest.fixture

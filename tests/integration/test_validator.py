@@ -12,7 +12,6 @@ import hashlib
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,7 +27,7 @@ import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from proofpool.chain.anvil import ANVIL_KEYS
+from proofpool.chain.anvil import ANVIL_KEYS, free_port
 from proofpool.chain.bindings import WorkStatus, reason_text
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import grant_validator
@@ -50,12 +49,6 @@ VERDICT_TIMEOUT = 120.0
 SMALL_UPLOAD_CAP = 1 << 20
 """The validators' file size limit in these tests (PROOFPOOL_UPLOAD_MAX_BYTES), so `huge` is 2 MiB."""
 SECOND_VALIDATOR = Account.from_key(ANVIL_KEYS[8])
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def spawn_validator(market: Market, account: LocalAccount, name: str, metrics_port: int = 0) -> Service:
