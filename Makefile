@@ -49,7 +49,7 @@ format: setup
 	$(VENV)/bin/ruff check --fix .
 
 demo: setup contracts
-	$(VENV)/bin/proofpool devnet chain-loop
+	$(VENV)/bin/proofpool devnet run
 
 # Figures, not pass/fail: each prints JSON lines and writes bench/results/<name>.jsonl.
 bench: setup contracts

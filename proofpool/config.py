@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
@@ -101,6 +101,11 @@ class Settings(BaseSettings):
     """Journal and unsubmitted rollout files, one subdirectory per node address."""
     checkpoint_cache_dir: Path = Path("~/.cache/proofpool/checkpoints")
     """Verified checkpoint files, shared by workers and validators on one machine."""
+    checkpoint_relays: Annotated[tuple[str, ...], NoDecode] = ()
+    """Base URLs of checkpoint relays (`proofpool relay serve`) that workers and validators fetch
+    checkpoints through, the object store being the last resort; comma-separated in
+    PROOFPOOL_CHECKPOINT_RELAYS, empty by default. Relays are untrusted: what they serve is
+    checked against the manifest, and the manifest against the chain."""
     worker_temperature: float = Field(1.0, gt=0, le=10)
     """Sampling temperature of the rollouts (written into every row; validators divide by it)."""
 
@@ -132,6 +137,23 @@ class Settings(BaseSettings):
     """Blocks per eth_getLogs request."""
     indexer_poll_interval: float = Field(1.0, gt=0)
     """Seconds between polls when the indexer is caught up."""
+
+    @field_validator("checkpoint_relays", mode="before")
+    @classmethod
+    def _split_relays(cls, value: object) -> object:
+        """A comma-separated string (the environment's form) as a tuple of checked base URLs, so a
+        typo fails at start-up rather than as a relay that never answers."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list | tuple):
+            return value
+        from proofpool.checkpoint.sources import check_relay_url  # lazy: httpx, and only when set
+        from proofpool.errors import ConfigError
+
+        try:
+            return tuple(check_relay_url(url) for url in value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
 
     @property
     def celery_broker_url(self) -> str:

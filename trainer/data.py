@@ -39,13 +39,24 @@ class RolloutSource:
     pool_id: int
     seen: set[bytes] = field(default_factory=set)
 
-    def fetch_new(self, min_version: int) -> list[tuple[bytes, list[RolloutSample]]]:
-        """(work key, rows) of every accepted file with model version >= `min_version` not seen yet."""
-        found = []
-        for row in self._usable():
+    def fetch_new(self, min_version: int, rows_wanted: int | None = None) -> list[tuple[bytes, list[RolloutSample]]]:
+        """(work key, rows) of accepted files with model version >= `min_version` not seen yet, newest
+        versions first, stopping once `rows_wanted` rows are in hand: a backlog of accepted files is
+        left for later steps (where the older ones age out of the window) instead of making one
+        step as large as the backlog."""
+        found: list[tuple[bytes, list[RolloutSample]]] = []
+        have = 0
+        candidates = [
+            row
+            for row in self._usable()
+            if int(row["model_version"]) >= min_version
+            and bytes.fromhex(row["work_key"].removeprefix("0x")) not in self.seen
+        ]
+        candidates.sort(key=lambda row: (-int(row["model_version"]), int(row["block_number"])))
+        for row in candidates:
+            if rows_wanted is not None and have >= rows_wanted:
+                break
             key = bytes.fromhex(row["work_key"].removeprefix("0x"))
-            if key in self.seen or int(row["model_version"]) < min_version:
-                continue
             self.seen.add(key)
             try:
                 data = self.store.get_object(rollout_key(self.pool_id, row["node"], key.hex()))
@@ -54,6 +65,7 @@ class RolloutSource:
                 log.warning("accepted file skipped: %s", exc, extra={"pool": self.pool_id, "work_key": row["work_key"]})
                 continue
             found.append((key, rows))
+            have += len(rows)
         return found
 
     def _usable(self) -> Iterable[dict]:
@@ -72,14 +84,14 @@ def gather(
     say: Callable[[str], None],
     poll: float = 2.0,
 ) -> list[RolloutSample]:
-    """At least `samples` rows from files of versions >= step - async_level (all new ones found)."""
+    """At least `samples` rows (whole files, so a few more) from files of versions >= step - async_level."""
     min_version = max(0, step - async_level)
     rows: list[RolloutSample] = []
     files = 0
     deadline = time.monotonic() + timeout
     last_said = 0.0
     while True:
-        for _, file_rows in source.fetch_new(min_version):
+        for _, file_rows in source.fetch_new(min_version, samples - len(rows)):
             rows += file_rows
             files += 1
         if len(rows) >= samples:

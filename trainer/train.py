@@ -7,6 +7,10 @@ manifest in the store, the manifest's sha256 on-chain (`proofpool.checkpoint.pub
 so heartbeats hand it to workers and validators load it. The last k + 1 versions stay in the
 store; older ones are deleted. After each publication the state (weights, optimizer, step, files
 used) is saved, so a restarted trainer continues where it stopped.
+
+Under `torchrun` (`torch.distributed`, FSDP) rank 0 runs `run_trainer` and every other rank
+`follow_trainer`: rank 0 alone reads the chain, the ledger and the store, broadcasts each step's
+rows, and publishes; all ranks take the step together (`trainer.policy`).
 """
 
 from __future__ import annotations
@@ -16,7 +20,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -28,14 +34,16 @@ from proofpool.checkpoint import (
     prune_checkpoints,
     publish_checkpoint,
 )
+from proofpool.errors import ProofpoolError
 from proofpool.http.ledger_client import LedgerClient
 from proofpool.model.base import resolve_base_model
 from proofpool.storage.s3 import ObjectStore
 from trainer.config import GrpoConfig
 from trainer.data import RolloutSource, gather
 from trainer.metrics import append_csv, plot, read_csv
+from trainer.policy import Policy
 from trainer.state import TrainerState, load_state, save_state
-from trainer.step import grpo_step, make_optimizer
+from trainer.world import SINGLE, World, broadcast
 
 log = logging.getLogger(__name__)
 
@@ -72,71 +80,157 @@ def run_trainer(
     *,
     stop: threading.Event | None = None,
     say: Callable[[str], None] = print,
+    world: World = SINGLE,
 ) -> int:
-    """Run `config.steps` steps; returns the last published version."""
+    """Run `config.steps` steps; returns the last published version.
+
+    Under `torch.distributed` this is rank 0: the only rank that reads the chain, the ledger, the
+    store and the state directory. It tells the other ranks (`follow_trainer`) what to do next
+    with one broadcast `Command` per step: the rows to train on, or stop, or abort after a failure
+    here, so a rank 0 that gives up never leaves the others waiting for a collective.
+    """
     from proofpool.model.build import load_model
 
     stop = stop or threading.Event()
     pool = config.pool_id
-    latest = client.pool.latest_checkpoint(pool).version
-    state = load_state(config.state_dir)
-    step = latest if state is None else state.step
-    if state is not None and latest > state.step:
-        say(f"the chain has checkpoint {latest} but the saved state is at step {state.step}: continuing from the state")
-    base_dir = _model_dir(client, store, config, pool)
-    start_dir = (
-        base_dir if step == 0 else ensure_published_checkpoint(client, store, pool, step, config.checkpoint_cache_dir)
-    )
-    model = load_model(start_dir, "fp32")
-    optimizer = make_optimizer(model, config.grpo)
-    if state is not None:
-        model.load_state_dict(state.model)
-        optimizer.load_state_dict(state.optimizer)
-    model.train()
+    try:
+        latest = client.pool.latest_checkpoint(pool).version
+        state = load_state(config.state_dir)
+        step = latest if state is None else state.step
+        if state is not None and latest > state.step:
+            say(
+                f"the chain has checkpoint {latest} but the saved state is at step {state.step}: "
+                "continuing from the state"
+            )
+        base_dir = _model_dir(client, store, config, pool)
+        start_dir = (
+            base_dir
+            if step == 0
+            else ensure_published_checkpoint(client, store, pool, step, config.checkpoint_cache_dir)
+        )
+        model = load_model(start_dir, "fp32")
+        if state is not None:
+            model.load_state_dict(state.model)
+        policy = Policy.whole(model, config.grpo, None if state is None else state.optimizer)
+    except BaseException as exc:
+        abort_followers(world, exc)
+        raise
+    _tell(world, Command("start", policy.blueprint()))
+    policy = policy.shard(world, config.grpo)
     source = RolloutSource(ledger, store, pool, set() if state is None else set(state.seen))
     csv_path, png_path = config.out_dir / "metrics.csv", config.out_dir / "reward.png"
+    ranks = f" on {world.size} ranks" if world.size > 1 else ""
     say(
-        f"trainer for pool {pool}: from checkpoint {step}, {config.steps} steps of >= {config.samples_per_step} samples"
+        f"trainer for pool {pool}: from checkpoint {step}, {config.steps} steps of >= {config.samples_per_step} "
+        f"samples{ranks}"
     )
-    for _ in range(config.steps):
-        gather_started = time.monotonic()
-        rows = gather(
-            source,
-            step=step,
-            async_level=config.async_level,
-            samples=config.samples_per_step,
-            timeout=config.wait_timeout,
-            stop=stop,
-            say=say,
-            poll=config.poll_interval,
-        )
-        waited = time.monotonic() - gather_started
-        step_started = time.monotonic()
-        metrics = grpo_step(model, optimizer, rows, config.grpo)
-        trained = time.monotonic() - step_started
-        published = publish_checkpoint(client, store, pool, step + 1, model, config.shard_size, assets_dir=base_dir)
-        pruned = prune_checkpoints(store, pool, keep_from=step + 1 - config.async_level)
-        step += 1
-        save_state(config.state_dir, TrainerState(step, model.state_dict(), optimizer.state_dict(), source.seen))
-        row = {
-            "step": step,
-            "version": published.version,
-            **_flat(metrics),
-            "wait_seconds": waited,
-            "train_seconds": trained,
-            "publish_seconds": time.monotonic() - step_started - trained,
-        }
-        append_csv(csv_path, row)
-        plot(read_csv(csv_path), png_path, f"pool {pool}: GRPO on accepted rollouts")
-        log.info("checkpoint published", extra={"pool": pool, "version": published.version, "pruned": pruned})
-        say(
-            f"step {step}: {len(rows)} samples, mean reward {row.get('mean_reward', float('nan')):.3f}, "
-            f"loss {row.get('loss', float('nan')):.4f} -> checkpoint {published.version} "
-            f"(tx 0x{published.tx_hash.hex()[:12]}…){f', pruned {pruned}' if pruned else ''}"
-        )
-        if stop.is_set():
-            break
+    followers_waiting = True  # the other ranks wait for a command, not inside a collective
+    try:
+        for _ in range(config.steps):
+            gather_started = time.monotonic()
+            rows = gather(
+                source,
+                step=step,
+                async_level=config.async_level,
+                samples=config.samples_per_step,
+                timeout=config.wait_timeout,
+                stop=stop,
+                say=say,
+                poll=config.poll_interval,
+            )
+            waited = time.monotonic() - gather_started
+            step_started = time.monotonic()
+            _tell(world, Command("step", rows))
+            followers_waiting = False
+            metrics = policy.step(rows, config.grpo)
+            trained = time.monotonic() - step_started
+            policy.sync()  # rank 0's whole model now holds the step's weights
+            followers_waiting = True
+            published = publish_checkpoint(
+                client, store, pool, step + 1, policy.whole_model, config.shard_size, assets_dir=base_dir
+            )
+            pruned = prune_checkpoints(store, pool, keep_from=step + 1 - config.async_level)
+            step += 1
+            save_state(config.state_dir, TrainerState(step, *policy.state_dicts(), source.seen))
+            row = {
+                "step": step,
+                "version": published.version,
+                **_flat(metrics),
+                "wait_seconds": waited,
+                "train_seconds": trained,
+                "publish_seconds": time.monotonic() - step_started - trained,
+            }
+            append_csv(csv_path, row)
+            plot(read_csv(csv_path), png_path, f"pool {pool}: GRPO on accepted rollouts")
+            log.info("checkpoint published", extra={"pool": pool, "version": published.version, "pruned": pruned})
+            say(
+                f"step {step}: {len(rows)} samples, mean reward {row.get('mean_reward', float('nan')):.3f}, "
+                f"loss {row.get('loss', float('nan')):.4f} -> checkpoint {published.version} "
+                f"(tx 0x{published.tx_hash.hex()[:12]}…){f', pruned {pruned}' if pruned else ''}"
+            )
+            if stop.is_set():
+                break
+    except BaseException as exc:
+        if followers_waiting:  # inside a collective they cannot hear us: the group's timeout ends them
+            abort_followers(world, exc)
+        raise
+    _tell(world, Command("stop", step))
     return step
+
+
+def follow_trainer(config: TrainerConfig, world: World) -> int:
+    """Ranks > 0 under `torch.distributed`: build this rank's FSDP shard from what rank 0 sends,
+    then for each step take the rows rank 0 gathered, train on this rank's share and hand the
+    shards to rank 0 for publishing. Touches no chain, ledger, store or state directory.
+
+    Returns the last version rank 0 published; `TrainerAborted` when rank 0 gave up.
+    """
+    command = _heard(world)
+    policy = Policy.follow(world, command.payload, config.grpo)
+    while True:
+        command = _heard(world)
+        if command.kind == "stop":
+            return int(command.payload)
+        policy.step(command.payload, config.grpo)
+        policy.sync()
+
+
+class TrainerAborted(ProofpoolError):
+    """Rank 0 of a distributed trainer failed or was stopped before it could finish."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """What rank 0 tells the other ranks to do next (one broadcast, pickled).
+
+    `start`: build the shards (payload: `Blueprint`); `step`: train on the payload's rows;
+    `stop`: done (payload: the last published version); `abort`: rank 0 failed (payload: why).
+    """
+
+    kind: Literal["start", "step", "stop", "abort"]
+    payload: Any = None
+
+
+def abort_followers(world: World, reason: BaseException) -> None:
+    """Rank 0: tell the other ranks, waiting for a command, that it failed (they raise
+    `TrainerAborted`); without it they would wait for the process group's timeout."""
+    _tell(world, Command("abort", _describe(reason)))
+
+
+def _tell(world: World, command: Command) -> None:
+    if world.size > 1:
+        broadcast(world, command)
+
+
+def _heard(world: World) -> Command:
+    command: Command = broadcast(world)
+    if command.kind == "abort":
+        raise TrainerAborted(f"rank 0 stopped the trainer: {command.payload}")
+    return command
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
 
 
 def _model_dir(client: ChainClient, store: ObjectStore, config: TrainerConfig, pool: int) -> Path:

@@ -15,6 +15,8 @@ import os
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
 
 import torch
 import torch.distributed as dist
@@ -51,16 +53,36 @@ class World:
 
 
 SINGLE = World(0, 1)
+T = TypeVar("T")
 
 
-def init_world(backend: str = "gloo") -> World:
-    """Join the process group torchrun describes in the environment; a single process otherwise."""
+def init_world(backend: str = "gloo", timeout: timedelta | None = None) -> World:
+    """Join the process group torchrun describes in the environment; a single process otherwise.
+
+    `timeout` bounds every collective. Ranks > 0 of the trainer wait in one while rank 0 gathers
+    rollouts and publishes, so it must exceed the longest of those, not torch's 30 min default.
+    """
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size == 1:
         return SINGLE
     if not dist.is_initialized():
-        dist.init_process_group(backend)
+        dist.init_process_group(backend, timeout=timeout)
     return World(dist.get_rank(), dist.get_world_size())
+
+
+def close_world(world: World) -> None:
+    """Leave the process group `init_world` joined (nothing to do for a single process)."""
+    if world.size > 1 and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def broadcast(world: World, value: T | None = None) -> T:
+    """`value` of rank 0 on every rank (pickled; for commands and rollout rows, not weights)."""
+    if world.size == 1:
+        return value  # type: ignore[return-value]
+    box = [value if world.main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]  # type: ignore[return-value]
 
 
 def shard_model(model: torch.nn.Module, world: World) -> torch.nn.Module:
@@ -76,7 +98,8 @@ def shard_model(model: torch.nn.Module, world: World) -> torch.nn.Module:
 
 
 def full_state_dict(model: torch.nn.Module, world: World) -> dict[str, torch.Tensor]:
-    """The unsharded weights (gathered on every rank; rank 0 publishes them)."""
+    """The unsharded weights, on the CPU of rank 0 (a collective: every rank calls it; ranks > 0
+    get an empty dict, so only one process ever holds the whole model twice)."""
     if world.size == 1:
         return model.state_dict()
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict

@@ -12,11 +12,13 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from proofpool.chain.client import ChainClient
 from proofpool.checkpoint import CheckpointError, ensure_published_checkpoint, onchain_manifest_sha256
+from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
 from proofpool.model.base import UnknownBaseModel, resolve_base_model
 from proofpool.storage.s3 import ObjectStore
@@ -44,9 +46,12 @@ class ModelCache:
         precision: str = "bf16",
         capacity: int = 3,
         base_model: Path | None = None,
+        relays: Sequence[str] | None = None,
     ) -> None:
         self._client, self._store, self._cache_dir = client, store, cache_dir
         self._precision, self._capacity, self._base_model = precision, capacity, base_model
+        self._relays = tuple(get_settings().checkpoint_relays if relays is None else relays)
+        """Checkpoint relays asked before the store (default: PROOFPOOL_CHECKPOINT_RELAYS)."""
         self._models: OrderedDict[tuple[int, int], LlamaForCausalLM] = OrderedDict()
         self._lock = threading.Lock()
 
@@ -68,7 +73,9 @@ class ModelCache:
         try:
             if version == 0 and onchain_manifest_sha256(self._client, pool_id, 0) is None:
                 return resolve_base_model(self._client.pool.get_pool(pool_id).model_uri, self._base_model)
-            return ensure_published_checkpoint(self._client, self._store, pool_id, version, self._cache_dir)
+            return ensure_published_checkpoint(
+                self._client, self._store, pool_id, version, self._cache_dir, relays=self._relays
+            )
         except (CheckpointError, UnknownBaseModel) as exc:
             raise ModelUnavailable(f"model of pool {pool_id} version {version}: {exc}") from exc
 

@@ -100,7 +100,9 @@ def judge(res: Resources, sub: IndexedSubmission, selected: bool, max_tokens: in
     """The verdict on `sub`; raises `FileNotYetAvailable` while a missing file may still appear."""
     facts = SubmissionFacts(sub.pool_id, sub.work_key, sub.node, sub.work_units, sub.model_version)
     rules = PoolRules(
-        latest_version=res.client.pool.latest_checkpoint(sub.pool_id).version,
+        # The window as of the block that recorded the submission: a file that was fresh when
+        # submitted is not made stale by the time it waited for a validator.
+        latest_version=res.client.pool.latest_checkpoint(sub.pool_id, block=sub.block_number).version,
         async_window=res.settings.async_window,
         max_file_bytes=res.settings.upload_max_bytes,  # nothing larger can have been uploaded honestly
         max_completion_tokens=max_tokens,

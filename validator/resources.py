@@ -69,5 +69,11 @@ def build_resources(settings: Settings) -> Resources:
     pool = ConnectionPool(
         settings.database_url, min_size=1, max_size=max(2, settings.validator_concurrency + 1), open=True
     )
-    models = ModelCache(client, store, settings.checkpoint_cache_dir.expanduser(), settings.validator_precision)
+    models = ModelCache(
+        client,
+        store,
+        settings.checkpoint_cache_dir.expanduser(),
+        settings.validator_precision,
+        relays=settings.checkpoint_relays,
+    )
     return Resources(settings, account, client, pool, store, models)

@@ -3,9 +3,10 @@
 An assignment names a checkpoint version and the manifest hash the backend indexed. The worker
 trusts neither: it reads the manifest hash the chain recorded for that pool and version, refuses
 the assignment if the two differ, and lets `proofpool.checkpoint` download only the files it
-lacks and check each file's sha256 against the manifest. Version 0 without a manifest is the
-pool's base model (`proofpool.model.base`). Anything it cannot serve becomes `Unservable` with a
-reason code, which the node reports in its next heartbeat.
+lacks and check each file's sha256 against the manifest, through the configured relays
+(PROOFPOOL_CHECKPOINT_RELAYS) when there are any, the object store being the last resort.
+Version 0 without a manifest is the pool's base model (`proofpool.model.base`). Anything it
+cannot serve becomes `Unservable` with a reason code, which the node reports in its next heartbeat.
 
 The engine is rebuilt (hot reload) when the directory changes; the old one is shut down first
 so two KV caches never coexist.
@@ -14,11 +15,12 @@ so two KV caches never coexist.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from proofpool.chain.client import ChainClient
 from proofpool.checkpoint import CheckpointError, ensure_checkpoint, onchain_manifest_sha256
+from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
 from proofpool.http.node_api import Assignment
 from proofpool.model.base import UnknownBaseModel, resolve_base_model
@@ -46,12 +48,15 @@ class ModelResolver:
         cache_dir: Path,
         base_model: Path | None = None,
         progress: Callable[[str], None] | None = None,
+        relays: Sequence[str] | None = None,
     ) -> None:
         self._client = client
         self._store = store
         self._cache_dir = cache_dir
         self._base_model = base_model
         self._progress = progress
+        self._relays = tuple(get_settings().checkpoint_relays if relays is None else relays)
+        """Checkpoint relays asked before the store (default: PROOFPOOL_CHECKPOINT_RELAYS)."""
         self._resolved: dict[tuple[int, int, bytes | None], Path] = {}
 
     def resolve(self, a: Assignment) -> Path:
@@ -83,9 +88,10 @@ class ModelResolver:
         if not a.checkpoint_uri:
             raise Unservable("checkpoint_uri_missing", f"checkpoint {a.checkpoint_version} has no URI")
         if self._progress:
-            self._progress(f"fetching checkpoint {a.checkpoint_version} from {a.checkpoint_uri}")
+            through = f" through {len(self._relays)} relay(s)" if self._relays else ""
+            self._progress(f"fetching checkpoint {a.checkpoint_version} from {a.checkpoint_uri}{through}")
         try:
-            return ensure_checkpoint(self._store(), a.checkpoint_uri, on_chain, self._cache_dir)
+            return ensure_checkpoint(self._store(), a.checkpoint_uri, on_chain, self._cache_dir, relays=self._relays)
         except CheckpointError as exc:
             raise Unservable(exc.reason.value, exc.detail) from exc
 

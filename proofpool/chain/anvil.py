@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
 
 from proofpool.config import get_settings
 from proofpool.errors import ServiceUnavailable
@@ -31,6 +33,20 @@ ANVIL_KEYS: tuple[str, ...] = (
     "0xdbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97",
     "0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6",
 )
+
+
+ANVIL_MNEMONIC = "test test test test test test test test test test test junk"
+ANVIL_ACCOUNTS = 20
+"""Accounts anvil funds with 10,000 ETH (its default is 10; the full devnet needs 13)."""
+
+
+def anvil_account(index: int) -> LocalAccount:
+    """Anvil's well-known account `index`: the first ten from `ANVIL_KEYS`, later ones derived
+    from the same public mnemonic (m/44'/60'/0'/0/index), as anvil itself derives them."""
+    if index < len(ANVIL_KEYS):
+        return Account.from_key(ANVIL_KEYS[index])
+    Account.enable_unaudited_hdwallet_features()
+    return Account.from_mnemonic(ANVIL_MNEMONIC, account_path=f"m/44'/60'/0'/0/{index}")
 
 
 def anvil_binary() -> Path:
@@ -109,7 +125,11 @@ def start_anvil(
     transaction, which keeps tests fast and deterministic.
     """
     port = port or free_port()
-    args = [str(anvil_binary()), "--host", "127.0.0.1", "--port", str(port), "--chain-id", str(chain_id)]
+    args = [
+        str(anvil_binary()),
+        *("--host", "127.0.0.1", "--port", str(port), "--chain-id", str(chain_id)),
+        *("--accounts", str(ANVIL_ACCOUNTS)),
+    ]
     if block_time is not None:
         args += ["--block-time", str(block_time)]
     out = open(log_path, "ab") if log_path else subprocess.DEVNULL  # noqa: SIM115 - handed to the child

@@ -398,8 +398,13 @@ class ComputePool(ContractBinding):
     def is_blacklisted(self, pool_id: int, node: str) -> bool:
         return bool(self._call(self.contract.functions.isBlacklisted(pool_id, to_checksum_address(node))))
 
-    def latest_checkpoint(self, pool_id: int) -> Checkpoint:
-        version, manifest, uri, published_at = self._call(self.contract.functions.latestCheckpoint(pool_id))
+    def latest_checkpoint(self, pool_id: int, block: int | None = None) -> Checkpoint:
+        """The newest published checkpoint, now or as of `block` (what a submission in that block saw)."""
+        fn = self.contract.functions.latestCheckpoint(pool_id)
+        if block is None:
+            version, manifest, uri, published_at = self._call(fn)
+        else:
+            version, manifest, uri, published_at = fn.call(block_identifier=block)
         return Checkpoint(int(version), bytes(manifest), uri, int(published_at))
 
     def is_invite_used(self, digest: bytes) -> bool:

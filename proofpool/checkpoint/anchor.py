@@ -9,6 +9,7 @@ filtered on its indexed pool and version, newest blocks first.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -69,13 +70,19 @@ def ensure_published_checkpoint(
     version: int,
     cache_dir: Path,
     progress: ProgressCallback | None = None,
+    *,
+    relays: Sequence[str] = (),
 ) -> Path:
     """The local directory of checkpoint `version` of `pool_id`, trusted because its manifest
-    hash is the one published on-chain (`not_on_chain` when there is none)."""
+    hash is the one published on-chain (`not_on_chain` when there is none).
+
+    `relays` (base URLs, e.g. `Settings.checkpoint_relays`) are asked before the store, picked by
+    observed success rate and bandwidth; whoever serves the bytes, the manifest must hash to the
+    on-chain value and every file to its manifest entry (`ensure_checkpoint`)."""
     anchored = onchain_checkpoint(client, pool_id, version)
     if anchored is None:
         raise CheckpointError(Reason.NOT_ON_CHAIN, f"pool {pool_id} has no checkpoint {version} on chain")
-    return ensure_checkpoint(store, anchored.uri, anchored.manifest_sha256, cache_dir, progress)
+    return ensure_checkpoint(store, anchored.uri, anchored.manifest_sha256, cache_dir, progress, relays=relays)
 
 
 def _from_logs(client: ChainClient, pool_id: int, version: int, log_window: int) -> AnchoredCheckpoint | None:

@@ -7,14 +7,18 @@ values with `--json` or `--csv`; `--all` follows cursors to the last page.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from proofpool.chain.units import DECIMALS
@@ -346,3 +350,78 @@ def checkpoints(
 
 def _flag(value: bool | None) -> str | None:
     return None if value is None else str(value).lower()
+
+
+VERIFY_MATCH, VERIFY_MISMATCH, VERIFY_FAILED = 0, 1, 2
+
+
+@app.command()
+def verify(
+    database_url: Annotated[
+        str | None, typer.Option("--database-url", help="PostgreSQL URL of the ledger. Default: $DATABASE_URL.")
+    ] = None,
+    rpc_url: Annotated[
+        str | None, typer.Option("--rpc-url", help="JSON-RPC endpoint. Default: $PROOFPOOL_RPC_URL.")
+    ] = None,
+    deployments_dir: Annotated[
+        Path | None,
+        typer.Option("--deployments-dir", help="Address books folder. Default: $PROOFPOOL_DEPLOYMENTS_DIR."),
+    ] = None,
+    batch_blocks: Annotated[
+        int | None, typer.Option("--batch-blocks", min=1, help="Blocks per eth_getLogs range. Default: settings.")
+    ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="Differences listed per table (all are counted).")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON (exact values).")] = False,
+) -> None:
+    """Rebuild the ledger from chain events alone and diff it against PostgreSQL: the chain is
+    indexed into a scratch database `<dbname>_verify_<random>` (always dropped) up to the block the
+    database's indexer has reached, then the raw events and every projection (providers, nodes,
+    pools, memberships, submissions, verdicts, slashes, rewards, checkpoints, validators) are
+    compared row by row by key. Ids, wall-clock times, the outbox and off-chain tables are ignored.
+
+    Exit codes: 0 the database matches the chain; 1 differences (listed per table, with counts);
+    2 could not verify (chain or database unreachable, wrong chain, schema not at head).
+    See docs/ledger.md, "Verifying the ledger against the chain".
+    """
+    from backend.indexer.verify import render_text, verify_ledger
+
+    previous = signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop still drops the scratch database
+    try:
+        diff = verify_ledger(
+            database_url,
+            rpc_url,
+            deployments_dir,
+            batch_blocks=batch_blocks,
+            limit=limit,
+            progress=_VerifyProgress(Console(stderr=True)),
+        )
+    except ProofpoolError as exc:
+        Console(stderr=True).print(f"[red]error:[/red] cannot verify the ledger: {escape(str(exc))}")
+        raise typer.Exit(VERIFY_FAILED) from exc
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if as_json:
+        typer.echo(json.dumps(diff.to_json(), indent=2))
+    else:
+        typer.echo(render_text(diff))
+    raise typer.Exit(VERIFY_MATCH if diff.ok else VERIFY_MISMATCH)
+
+
+def _interrupt(*_: object) -> None:
+    raise KeyboardInterrupt
+
+
+class _VerifyProgress:
+    """'rebuilt N/M blocks' on stderr, at most once a second and once at the end."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.shown = 0.0
+
+    def __call__(self, done: int, total: int) -> None:
+        now = time.monotonic()
+        if done < total and now - self.shown < 1.0:
+            return
+        self.shown = now
+        percent = f" ({100 * done // total}%)" if total else ""
+        self.console.print(f"rebuilt {done}/{total} blocks{percent}", highlight=False)

@@ -70,7 +70,11 @@ _mount()
 def run() -> None:
     """Console-script entry point."""
     try:
-        app(standalone_mode=False)
+        # Without standalone mode a command's `typer.Exit(code)` (and Ctrl-C's 130) is returned,
+        # not raised: pass it on, or `ledger verify`'s 1/2 and `devnet run`'s 1 would exit 0.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            sys.exit(code)
     except ProofpoolError as exc:
         if _state["verbose"]:
             raise

@@ -1,12 +1,15 @@
 """`proofpool trainer`: train a pool's model with GRPO on accepted rollouts and publish checkpoints.
 
-Runs as the pool's MANAGER key (only the manager may `publishCheckpoint`).
+Runs as the pool's MANAGER key (only the manager may `publishCheckpoint`). One process by
+default; under `torchrun --nproc-per-node N -m proofpool.cli.main trainer run ...` the model is
+sharded with FSDP over N processes (gloo), rank 0 alone talking to the chain, ledger and store.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -17,6 +20,10 @@ from proofpool.cli.logs import enable_progress_logs
 from proofpool.config import get_settings
 
 app = typer.Typer(no_args_is_help=True)
+
+COLLECTIVE_MARGIN = timedelta(hours=1)
+"""Added to `--wait-timeout` for the process group's timeout under torchrun: ranks > 0 wait in a
+collective while rank 0 gathers rollouts, then while it publishes (upload and transaction)."""
 
 
 @app.command()
@@ -47,16 +54,18 @@ def run(
 
     Waits (with a log line saying for what) until enough accepted samples of recent model versions
     are in the ledger; Ctrl-C/SIGTERM stops after the current step's checkpoint is published.
+    Under `torchrun --nproc-per-node N -m proofpool.cli.main trainer run ...` the step is sharded
+    over N processes (FSDP, gloo); rank 0 alone gathers, publishes and saves.
     """
     from proofpool.chain.accounts import load_account
     from proofpool.chain.client import ChainClient
     from proofpool.http.ledger_client import LedgerClient
     from proofpool.storage.s3 import ObjectStore
     from trainer.config import GrpoConfig
-    from trainer.train import TrainerConfig, run_trainer
+    from trainer.train import TrainerConfig, abort_followers, follow_trainer, run_trainer
+    from trainer.world import close_world, init_world
 
     settings = get_settings()
-    enable_progress_logs("trainer", "proofpool.checkpoint")
     state = (state_dir or settings.state_dir / "trainer" / str(pool)).expanduser()
     config = TrainerConfig(
         pool_id=pool,
@@ -72,14 +81,29 @@ def run(
         grpo=GrpoConfig() if lr is None else GrpoConfig(lr=lr),
     )
     stop = threading.Event()
+    world = init_world(timeout=timedelta(seconds=wait_timeout) + COLLECTIVE_MARGIN)  # one process without torchrun
 
     def request_stop(signum: int, _frame: object) -> None:
-        console.print(f"[yellow]{signal.Signals(signum).name}: stopping after this step[/yellow]")
+        if world.main:  # the other ranks stop when rank 0 tells them to
+            console.print(f"[yellow]{signal.Signals(signum).name}: stopping after this step[/yellow]")
         stop.set()
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
-    with LedgerClient(backend_url or settings.backend_url) as ledger:
-        last = run_trainer(config, client, ObjectStore.from_settings(settings), ledger, stop=stop, say=console.print)
-    console.print(f"trainer stopped at checkpoint {last}; metrics in {config.out_dir / 'metrics.csv'}")
+    try:
+        if not world.main:
+            follow_trainer(config, world)
+            return
+        enable_progress_logs("trainer", "proofpool.checkpoint")
+        try:
+            client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
+        except BaseException as exc:
+            abort_followers(world, exc)  # they wait for rank 0's first command
+            raise
+        with LedgerClient(backend_url or settings.backend_url) as ledger:
+            last = run_trainer(
+                config, client, ObjectStore.from_settings(settings), ledger, stop=stop, say=console.print, world=world
+            )
+        console.print(f"trainer stopped at checkpoint {last}; metrics in {config.out_dir / 'metrics.csv'}")
+    finally:
+        close_world(world)

@@ -26,7 +26,7 @@ from proofpool.chain.signing import sign_invite
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN, format_pool
 from proofpool.config import get_settings
-from proofpool.devnet.market import Cast, devnet_pool_params, onboard_node, open_market
+from proofpool.devnet.market import Cast, devnet_pool_params, onboard_node, open_market, time_travel
 from proofpool.errors import ProofpoolError
 
 DISPUTE_WINDOW = 3600
@@ -79,8 +79,7 @@ def run_chain_loop(client: ChainClient, cast: Cast, say: Callable[[str], None]) 
         raise ProofpoolError("finalize inside the dispute window was accepted")
     except ContractRevert as revert:
         say(f"finalize inside the dispute window refused: {revert.name}")
-    admin.w3.provider.make_request("evm_increaseTime", [DISPUTE_WINDOW + 1])
-    admin.w3.provider.make_request("evm_mine", [])
+    time_travel(admin, DISPUTE_WINDOW + 1)
     say("one hour later (anvil time travel): finalize alice's work, withdraw rewards and fees")
     admin.pool.finalize_work(pool_id, [honest_key])
     admin.as_account(cast.alice).pool.withdraw_rewards()

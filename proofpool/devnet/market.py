@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from functools import partial
 
-from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
-from proofpool.chain.anvil import ANVIL_KEYS
+from proofpool.chain.anvil import anvil_account
 from proofpool.chain.bindings import PoolParams
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import grant_validator
@@ -26,19 +26,32 @@ NODE_GAS_MONEY = 10**18
 
 @dataclass
 class Cast:
-    """The devnet's actors, all anvil's well-known test keys."""
+    """The devnet's actors, all anvil's well-known test accounts (see `anvil_account`)."""
 
-    admin: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[0]))
-    manager: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[1]))
-    treasury: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[2]))
-    validator: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[3]))
-    alice: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[4]))
-    bob: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[5]))
-    alice_node: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[6]))
-    bob_node: LocalAccount = field(default_factory=lambda: Account.from_key(ANVIL_KEYS[7]))
+    admin: LocalAccount = field(default_factory=partial(anvil_account, 0))
+    manager: LocalAccount = field(default_factory=partial(anvil_account, 1))
+    treasury: LocalAccount = field(default_factory=partial(anvil_account, 2))
+    validator: LocalAccount = field(default_factory=partial(anvil_account, 3))
+    alice: LocalAccount = field(default_factory=partial(anvil_account, 4))
+    bob: LocalAccount = field(default_factory=partial(anvil_account, 5))
+    alice_node: LocalAccount = field(default_factory=partial(anvil_account, 6))
+    bob_node: LocalAccount = field(default_factory=partial(anvil_account, 7))
+    validator2: LocalAccount = field(default_factory=partial(anvil_account, 8))
+    carol: LocalAccount = field(default_factory=partial(anvil_account, 9))
+    dave: LocalAccount = field(default_factory=partial(anvil_account, 10))
+    carol_node: LocalAccount = field(default_factory=partial(anvil_account, 11))
+    dave_node: LocalAccount = field(default_factory=partial(anvil_account, 12))
 
     def names(self) -> dict[str, str]:
         return {getattr(self, n).address: n for n in self.__dataclass_fields__}
+
+    def providers(self) -> list[tuple[str, LocalAccount, LocalAccount]]:
+        """(name, provider, node) of the four devnet providers, each with one node."""
+        names = ("alice", "bob", "carol", "dave")
+        return [(name, getattr(self, name), getattr(self, f"{name}_node")) for name in names]
+
+    def validators(self) -> list[tuple[str, LocalAccount]]:
+        return [("validator", self.validator), ("validator2", self.validator2)]
 
 
 def devnet_pool_params(cast: Cast, dispute_window: int = 3600) -> PoolParams:
@@ -87,3 +100,9 @@ def onboard_node(
     if admin.w3.eth.get_balance(node.address) == 0:
         TxSender(admin.w3, provider).transfer_eth(node.address, NODE_GAS_MONEY)
     return me
+
+
+def time_travel(admin: ChainClient, seconds: int) -> None:
+    """Move anvil's clock forward and mine a block (to close a dispute window on the devnet)."""
+    admin.w3.provider.make_request("evm_increaseTime", [seconds])  # type: ignore[arg-type]
+    admin.w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]

@@ -62,6 +62,20 @@ class Service:
         self.process.wait()
 
 
+def stop_all(services: list[Service], timeout: float = 30.0) -> None:
+    """SIGTERM every service at once, wait up to `timeout` seconds for all, SIGKILL the rest:
+    stopping a dozen processes takes as long as the slowest, not the sum."""
+    for service in services:
+        if service.alive:
+            service.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for service in services:
+        try:
+            service.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            service.kill()
+
+
 def cli_environment(overrides: Mapping[str, str]) -> dict[str, str]:
     """This process's environment without any proofpool setting, plus `overrides`: a child sees
     exactly the settings its starter meant, not whatever the parent shell had exported."""

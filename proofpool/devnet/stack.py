@@ -17,8 +17,9 @@ from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import deploy_contracts, write_address_book
 from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
+from proofpool.chain.units import TOKEN
 from proofpool.devnet.market import Cast, devnet_pool_params, open_market
-from proofpool.devnet.services import Service, cli_environment, http_ok, spawn_cli, wait_until
+from proofpool.devnet.services import Service, cli_environment, http_ok, spawn_cli, stop_all, wait_until
 
 Say = Callable[[str], None]
 
@@ -43,9 +44,8 @@ class DevnetStack:
         return service
 
     def close(self) -> None:
-        """Stop every service started here (last started first), then the chain."""
-        for service in reversed(self.services):
-            service.stop(timeout=15)
+        """Stop every service started here (all at once, 30 s grace), then the chain."""
+        stop_all(list(reversed(self.services)), timeout=30)
         self.anvil.stop()
 
 
@@ -57,6 +57,7 @@ def start_stack(
     s3_env: Mapping[str, str],
     extra_env: Mapping[str, str] | None = None,
     dispatch: bool = False,
+    budget: int = 1_000 * TOKEN,
     say: Say = lambda _line: None,
 ) -> DevnetStack:
     """Start anvil (contracts deployed, pool 1 funded and started), the indexer and the backend.
@@ -64,7 +65,7 @@ def start_stack(
     `database_url` must be migrated to head; `s3_env` points at the object store (see
     `SeaweedProcess.env`). The backend holds the pool manager's key so it can sign invites.
     With `dispatch`, the indexer sends a validation task per submission to the Celery broker
-    (REDIS_URL), for validators to consume.
+    (REDIS_URL), for validators to consume. `budget` (base units) funds the pool.
     """
     root.mkdir(parents=True, exist_ok=True)
     cast = Cast()
@@ -77,7 +78,7 @@ def start_stack(
         deployments = root / "deployments"
         write_address_book(book, deployments)
         admin = ChainClient.build(w3, book, cast.admin)
-        pool_id = open_market(admin, cast, devnet_pool_params(cast))
+        pool_id = open_market(admin, cast, devnet_pool_params(cast), budget)
         say(f"pool {pool_id} created, funded and started")
         port = free_port()
         backend_url = f"http://127.0.0.1:{port}"

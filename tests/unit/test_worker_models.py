@@ -20,10 +20,18 @@ def assignment(version: int, manifest: bytes | None, uri: str | None = "s3://b/p
     return Assignment(1, version, manifest, uri, 0, ("add-1-2",), 7, 8, 8)
 
 
-def resolver(model_uri: str = "https://example.org/some-model", base_model: Path | None = None) -> ModelResolver:
+def resolver(
+    model_uri: str = "https://example.org/some-model", base_model: Path | None = None, relays: tuple[str, ...] = ()
+) -> ModelResolver:
     """A resolver over a stand-in chain client that only answers `get_pool`."""
     client = SimpleNamespace(pool=SimpleNamespace(get_pool=lambda _pool_id: SimpleNamespace(model_uri=model_uri)))
-    return ModelResolver(client, store=lambda: None, cache_dir=Path("/nonexistent"), base_model=base_model)  # type: ignore[arg-type]
+    return ModelResolver(
+        client,  # type: ignore[arg-type]
+        store=lambda: None,  # type: ignore[arg-type,return-value]
+        cache_dir=Path("/nonexistent"),
+        base_model=base_model,
+        relays=relays,
+    )
 
 
 @pytest.fixture
@@ -78,11 +86,11 @@ def test_a_verified_checkpoint_is_resolved_once(chain_has, monkeypatch: pytest.M
     chain_has({1: GOOD})
     calls = []
 
-    def fetch(_store: object, uri: str, expected: bytes, cache_dir: Path) -> Path:
-        calls.append((uri, expected))
+    def fetch(_store: object, uri: str, expected: bytes, cache_dir: Path, *, relays: tuple[str, ...]) -> Path:
+        calls.append((uri, expected, relays))
         return Path("/cache/checkpoints") / expected.hex()
 
     monkeypatch.setattr(models, "ensure_checkpoint", fetch)
-    r = resolver()
+    r = resolver(relays=("http://10.0.0.5:8790",))
     assert r.resolve(assignment(1, GOOD)) == r.resolve(assignment(1, GOOD)) == Path("/cache/checkpoints") / GOOD.hex()
-    assert calls == [("s3://b/pools/1/checkpoints/1/", GOOD)]
+    assert calls == [("s3://b/pools/1/checkpoints/1/", GOOD, ("http://10.0.0.5:8790",))]  # through the relays

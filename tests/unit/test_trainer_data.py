@@ -1,0 +1,85 @@
+"""The trainer's rollout source takes what a step needs, freshest model versions first.
+
+Ledger and store are faked here (a dict of rows and a dict of objects): what is under test is the
+choice of files, not the services (tests/integration/test_trainer_run.py runs them for real).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from proofpool.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.storage import rollout_key
+from trainer.data import RolloutSource
+
+NODE = "0x976EA74026E726554dB657fA54763abd0C3a0aa9"
+POOL = 1
+
+
+def _rows(version: int, count: int = 4) -> list[RolloutSample]:
+    return [
+        RolloutSample(
+            problem_id="add-1-2",
+            group_id=0,
+            prompt_tokens=(1, 2, 3),
+            completion_tokens=(4, 2),
+            reward=0.0,
+            advantage=0.0,
+            sampling_seed=7,
+            temperature=1.0,
+            model_version=version,
+            proofs=b"",
+        )
+        for _ in range(count)
+    ]
+
+
+class FakeLedger:
+    def __init__(self, rows: list[dict[str, Any]]) -> None:
+        self.rows = rows
+
+    def items(self, resource: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        assert resource == "submissions"
+        return [r for r in self.rows if r["status"] == filters["status"] and filters["pool_id"] == POOL]
+
+
+class FakeStore:
+    def __init__(self, objects: dict[str, bytes]) -> None:
+        self.objects = objects
+
+    def get_object(self, key: str) -> bytes:
+        return self.objects[key]
+
+
+def _market(files: list[tuple[int, int, str]]) -> RolloutSource:
+    """Files as (model version, block, status)."""
+    rows, objects = [], {}
+    for i, (version, block, status) in enumerate(files):
+        key = bytes([i + 1]) * 32
+        rows.append(
+            {
+                "work_key": "0x" + key.hex(),
+                "model_version": version,
+                "block_number": block,
+                "status": status,
+                "node": NODE,
+            }
+        )
+        objects[rollout_key(POOL, NODE, key.hex())] = rollouts_bytes(RolloutFileMeta(POOL, NODE), _rows(version))
+    return RolloutSource(FakeLedger(rows), FakeStore(objects), POOL)  # type: ignore[arg-type]
+
+
+def test_takes_the_newest_versions_first_and_stops_when_it_has_enough() -> None:
+    source = _market([(0, 10, "accepted"), (2, 30, "accepted"), (1, 20, "finalized"), (2, 25, "accepted")])
+    first = source.fetch_new(min_version=0, rows_wanted=8)
+    assert [rows[0].model_version for _, rows in first] == [2, 2]
+    assert [key[0] for key, _ in first] == [4, 2]  # same version: the earlier block first
+    rest = source.fetch_new(min_version=0, rows_wanted=8)
+    assert [rows[0].model_version for _, rows in rest] == [1, 0]  # what was left, never a file twice
+
+
+def test_leaves_versions_below_the_window_and_pending_work_alone() -> None:
+    source = _market([(0, 10, "accepted"), (1, 20, "pending"), (1, 21, "invalid"), (1, 22, "accepted")])
+    found = source.fetch_new(min_version=1)
+    assert [key[0] for key, _ in found] == [4]
+    assert source.fetch_new(min_version=0) != []  # the version-0 file was not marked used
