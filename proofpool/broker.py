@@ -25,7 +25,15 @@ SEND_VERDICTS = "validator.send_verdicts"
 VALIDATE_QUEUE = "validate"
 """Validation tasks, consumed in parallel; the default queue of every proofpool Celery app."""
 VERDICTS_QUEUE = "verdicts"
-"""Verdict flushes, consumed by one process per validator key (one transaction sender)."""
+"""Prefix of the verdict-flush queues: one per validator key (`verdicts_queue`)."""
+
+
+def verdicts_queue(validator: str) -> str:
+    """The queue of one validator's verdict sender. Per key, because a flush sends only that key's
+    verdicts: on a shared queue another validator's sender would take the task and leave this
+    key's decided verdicts unsent."""
+    return f"{VERDICTS_QUEUE}.{validator.lower()}"
+
 
 TASK_ID_NAMESPACE = uuid.UUID("5d0b4a7e-3f3c-4a55-9a55-70726f6f6670")
 """Namespace of the deterministic task ids derived from outbox dedupe keys."""
@@ -49,7 +57,6 @@ def make_celery(settings: Settings, name: str) -> Celery:
         broker_connection_retry_on_startup=True,
         enable_utc=True,
         task_default_queue=VALIDATE_QUEUE,
-        task_routes={SEND_VERDICTS: {"queue": VERDICTS_QUEUE}},
         worker_send_task_events=True,  # Flower and `celery events` see every task
         task_send_sent_event=True,
     )

@@ -2,7 +2,8 @@
 
 `proofpool validator run` starts two workers on it: one consuming `validate` (tasks in
 parallel threads; the recomputation is PyTorch, which releases the GIL) and one consuming
-`verdicts` with a single slot, so each validator key has exactly one transaction sender.
+`verdicts.<address>` with a single slot, so each validator key has exactly one transaction sender
+(and no other validator's sender takes its flushes).
 The delivery guarantees (late acks, redelivery of a dead worker's task, JSON only) come from
 `proofpool.broker.make_celery`, shared with the indexer that dispatches the tasks.
 
@@ -17,7 +18,7 @@ import os
 from celery import Celery
 from celery.signals import worker_ready
 
-from proofpool.broker import SEND_VERDICTS, VALIDATE_QUEUE, VERDICTS_QUEUE, make_celery
+from proofpool.broker import SEND_VERDICTS, VALIDATE_QUEUE, VERDICTS_QUEUE, make_celery, verdicts_queue
 from proofpool.config import get_settings
 
 
@@ -43,7 +44,9 @@ def _on_ready(**_: object) -> None:
     port = get_settings().validator_metrics_port
     metrics.serve(port + 1 if port and role == VERDICTS_QUEUE else port)
     if role == VERDICTS_QUEUE:
-        app.send_task(SEND_VERDICTS)
+        from validator.resources import resources
+
+        app.send_task(SEND_VERDICTS, queue=verdicts_queue(resources().address))
     else:
         from validator.models import warm_up
         from validator.resources import resources

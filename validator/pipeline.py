@@ -2,7 +2,8 @@
 
 1. Re-read the indexed submission; only `pending` work is judged.
 2. Claim it in PostgreSQL (`validator.store.claim`): the first validator owns it, a redelivered
-   task of the owner sees the recorded decision and stops, another validator stops.
+   task of the owner sees the recorded decision and stops; another validator stops if the owner
+   decided, and otherwise retries (`HeldByAnother`) until the owner decides or its lease expires.
 3. Decide whether it is recomputed in full: with `sample_rate` p < 1 a submission is selected when
    sha256(domain, block hash of its submission block, work key) falls below p. The block hash did
    not exist when the worker wrote the file (the file's sha256 is in the transaction of that
@@ -41,6 +42,12 @@ class FileNotYetAvailable(ProofpoolError):
     """The rollout file is not in the store (yet); retry until the missing-file deadline."""
 
 
+class HeldByAnother(ProofpoolError):
+    """Another validator claimed the submission and has not decided: retry later. If it died
+    mid-task its lease runs out and the retry takes the submission over, so no submission is left
+    without a verdict because the task that would have judged it was dropped."""
+
+
 class Outcome(StrEnum):
     DECIDED = "decided"
     ALREADY_JUDGED = "already_judged"
@@ -69,6 +76,9 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
             return Result(Outcome.ALREADY_JUDGED)
         max_tokens = assigned_max_tokens(conn, pool_id)
         claim = store.claim(conn, pool_id, work_key, res.address, lease_seconds=res.settings.validator_lease)
+        held_for = store.claimed_elsewhere(conn, pool_id, work_key) if claim is None else None
+    if held_for is not None:
+        raise HeldByAnother(f"claimed by another validator, lease ends in {max(0.0, held_for):.0f} s")
     if claim is None:
         return Result(Outcome.OTHERS)
     if claim.decided:

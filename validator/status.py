@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import redis
 
-from proofpool.broker import VALIDATE_QUEUE, VERDICTS_QUEUE
+from proofpool.broker import VALIDATE_QUEUE, VERDICTS_QUEUE, verdicts_queue
 from proofpool.chain.client import ChainClient
 from proofpool.config import Settings
 from proofpool.errors import ProofpoolError
@@ -46,7 +46,10 @@ def validator_status(client: ChainClient, settings: Settings, address: str) -> d
         data["ledger_error"] = str(exc)
     try:
         broker = redis.Redis.from_url(settings.celery_broker_url, socket_connect_timeout=3, socket_timeout=3)
-        data["queue_depth"] = {q: int(broker.llen(q)) for q in (VALIDATE_QUEUE, VERDICTS_QUEUE)}
+        data["queue_depth"] = {
+            VALIDATE_QUEUE: int(broker.llen(VALIDATE_QUEUE)),
+            VERDICTS_QUEUE: int(broker.llen(verdicts_queue(address))),
+        }
     except (redis.RedisError, ValueError) as exc:
         data["queue_error"] = f"broker unreachable or not Redis: {exc}"
     return data

@@ -129,6 +129,10 @@ SELECT_OWN = f"""
     SELECT {_COLUMNS} FROM validations
      WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s AND validator = %(validator)s"""
 
+CLAIMED_ELSEWHERE = """
+    SELECT EXTRACT(EPOCH FROM lease_until - now()) FROM validations
+     WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s AND state = 'claimed'"""
+
 RECORD_DECISION = """
     UPDATE validations
        SET state = 'decided', verdict = %(verdict)s, reason = %(reason)s, evidence = %(evidence)s,
@@ -188,6 +192,13 @@ def claim(conn: Connection, pool_id: int, work_key: bytes, validator: str, *, le
             # Not ours to (re)claim: show our own decided row, or nothing if the row is someone else's.
             row = cur.execute(SELECT_OWN, params).fetchone()
     return row
+
+
+def claimed_elsewhere(conn: Connection, pool_id: int, work_key: bytes) -> float | None:
+    """Seconds left on another validator's undecided claim (<= 0: expired, up for taking over),
+    None when the row is decided (or absent): then there is nothing left to do for this key."""
+    row = conn.execute(CLAIMED_ELSEWHERE, {"pool_id": pool_id, "work_key": work_key}).fetchone()
+    return None if row is None else float(row[0])
 
 
 def record_decision(

@@ -15,13 +15,13 @@ import psycopg
 import requests
 from celery import Task
 
-from proofpool.broker import SEND_VERDICTS, VALIDATE_SUBMISSION
+from proofpool.broker import SEND_VERDICTS, VALIDATE_SUBMISSION, verdicts_queue
 from proofpool.chain.errors import NonceConflict, TxTimeout
 from proofpool.errors import ServiceUnavailable
 from validator import metrics
 from validator.celery_app import app
 from validator.models import ModelUnavailable
-from validator.pipeline import FileNotYetAvailable, Outcome, validate
+from validator.pipeline import FileNotYetAvailable, HeldByAnother, Outcome, validate
 from validator.resources import resources
 from validator.submissions import SubmissionNotIndexed
 from validator.verdicts import FlushBusy, flush_verdicts
@@ -38,6 +38,7 @@ TRANSIENT_ERRORS = (
     SubmissionNotIndexed,  # indexer lag, or a reorg removed it (retried until it reappears or gives up)
     FileNotYetAvailable,  # until the missing-file deadline, then judged `missing`
     ModelUnavailable,  # the pool's checkpoint cannot be fetched now: never the submitter's fault
+    HeldByAnother,  # another validator's undecided claim: until it decides or its lease expires
 )
 
 FAILED_SEND_RETRY = 5.0
@@ -69,7 +70,7 @@ def validate_submission(self: Task, pool_id: int, work_key: str) -> None:
     if result.outcome is Outcome.DECIDED and verdict is not None:
         metrics.VALIDATION_SECONDS.observe(result.seconds)
         metrics.VALIDATED_TOKENS.inc(verdict.checked_tokens)
-        app.send_task(SEND_VERDICTS)
+        app.send_task(SEND_VERDICTS, queue=verdicts_queue(resources().address))
 
 
 @app.task(
@@ -98,6 +99,6 @@ def send_verdicts(self: Task) -> None:
     metrics.VERDICT_TXS.labels("superseded").inc(result.superseded)
     if result.failed:
         log.warning("verdicts left for the next flush", extra={"validator": res.address, "failed": result.failed})
-        self.apply_async(countdown=FAILED_SEND_RETRY)
+        self.apply_async(countdown=FAILED_SEND_RETRY, queue=verdicts_queue(res.address))
     elif result.next_due_in is not None:
-        self.apply_async(countdown=max(0.1, result.next_due_in))
+        self.apply_async(countdown=max(0.1, result.next_due_in), queue=verdicts_queue(res.address))

@@ -43,12 +43,13 @@ from proofpool.http.node_api import Unservable as UnservableReport
 from proofpool.http.signed_client import ApiRefused
 from proofpool.rollout import RolloutFileMeta
 from proofpool.storage.s3 import ObjectStore
+from worker.cheat import Cheater, CheatMode
 from worker.console import WorkerConsole
 from worker.engine import EngineConfig
 from worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
 from worker.models import EngineSlot, ModelResolver, Unservable
 from worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
-from worker.rollout import generate_rollout_file
+from worker.rollout import RolloutFile, generate_rollout_file
 from worker.submit import SubmitRefused, submit, upload
 
 log = logging.getLogger(__name__)
@@ -88,6 +89,8 @@ class WorkerConfig:
     """Seconds between heartbeats while there is no work; None: the backend's heartbeat interval."""
     backoff: Backoff = field(default_factory=Backoff)
     specs: dict[str, Any] = field(default_factory=dict)
+    cheat: CheatMode | None = None
+    """Devnet drills only: make dishonest rollout files this way (see `worker.cheat`); None: honest."""
 
 
 class WorkerNode:
@@ -112,6 +115,7 @@ class WorkerNode:
         self.journal = Journal(config.state_dir)
         self.models = ModelResolver(client, store, config.checkpoint_cache_dir, config.base_model, console.say)
         self.engines = EngineSlot(config.engine, console.say)
+        self.cheater = Cheater(config.cheat, console.say) if config.cheat else None
         self.generated = 0
         self.submitted = 0
         self._to_report: JournalEntry | None = None
@@ -252,7 +256,7 @@ class WorkerNode:
             return
         try:
             path = retry(
-                lambda: self.models.resolve(a),
+                lambda: self.cheater.model_path(a, self.models.resolve) if self.cheater else self.models.resolve(a),
                 what="checkpoint",
                 stop=self.stop,
                 backoff=self.config.backoff,
@@ -265,16 +269,21 @@ class WorkerNode:
         engine = self.engines.get(path)
         self.console.checkpoint(a.checkpoint_version)
         started = time.monotonic()
-        rollout = generate_rollout_file(
-            engine,
-            RolloutFileMeta(a.pool_id, self.node),
-            a.task_ids,
-            group_size=a.group_size,
-            sampling_seed=a.sampling_seed,
-            temperature=self.config.temperature,
-            max_tokens=a.max_tokens,
-            model_version=a.checkpoint_version,
-        )
+        meta = RolloutFileMeta(a.pool_id, self.node)
+
+        def generate() -> RolloutFile:
+            return generate_rollout_file(
+                engine,
+                meta,
+                a.task_ids,
+                group_size=a.group_size,
+                sampling_seed=a.sampling_seed,
+                temperature=self.config.temperature,
+                max_tokens=a.max_tokens,
+                model_version=a.checkpoint_version,
+            )
+
+        rollout = self.cheater.make_file(a, meta, generate) if self.cheater else generate()
         seconds = time.monotonic() - started
         entry = self.journal.record_written(
             a.pool_id, a.checkpoint_version, a.batch, rollout.sha256, rollout.data, rollout.work_units, rollout.samples
@@ -310,7 +319,9 @@ class WorkerNode:
             entry = self.journal.set_state(entry, BatchState.UPLOADED)
             log.info("uploaded", extra={**self._context(entry), "key": key})
         try:
-            sent = submit(self.client, entry, self.stop, self.config.backoff)
+            sent = submit(
+                self.client, self.cheater.on_chain(entry) if self.cheater else entry, self.stop, self.config.backoff
+            )
         except SubmitRefused as refused:
             log.error("submission abandoned: %s", refused, extra=self._context(entry))
             self.console.say(f"[red]batch {entry.batch} abandoned[/red]: {refused}")

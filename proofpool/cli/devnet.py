@@ -43,6 +43,9 @@ def run(
     step_timeout: Annotated[
         float, typer.Option(min=10, help="Seconds the trainer may wait for one step's accepted rollouts.")
     ] = 900.0,
+    verdict_timeout: Annotated[
+        float, typer.Option(min=10, help="Seconds, after the workers stop, for every submission to get its verdict.")
+    ] = 300.0,
     verify_ledger: Annotated[
         bool, typer.Option(help="Rebuild the ledger from chain events at the end and diff it with PostgreSQL.")
     ] = True,
@@ -67,6 +70,7 @@ def run(
         database=database,
         redis_db=redis_db,
         step_timeout=step_timeout,
+        verdict_timeout=verdict_timeout,
     )
     console = Console()
     outcome = run_devnet(

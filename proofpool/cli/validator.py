@@ -46,6 +46,7 @@ def run(
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
 ) -> None:
     """Validate submissions and send verdicts on-chain with the validator key (needs VALIDATOR_ROLE)."""
+    from proofpool.broker import verdicts_queue
     from proofpool.chain.accounts import load_account
     from proofpool.chain.client import ChainClient
     from proofpool.cli.backend import check_services
@@ -91,7 +92,10 @@ def run(
             {**env, ROLE_ENV: "validate"},
         ),
         "verdicts": _celery(
-            ["-Q", "verdicts", "--pool", "solo", "-c", "1", "-n", f"verdicts-{name}@%h", "--loglevel", loglevel],
+            [
+                *("-Q", verdicts_queue(account.address), "--pool", "solo", "-c", "1"),
+                *("-n", f"verdicts-{name}@%h", "--loglevel", loglevel),
+            ],
             {**env, ROLE_ENV: "verdicts"},
         ),
     }

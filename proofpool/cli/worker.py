@@ -17,6 +17,7 @@ from rich.table import Table
 from proofpool.cli.common import JsonOption, RpcOption, console, print_json
 from proofpool.cli.logs import enable_progress_logs
 from proofpool.config import get_settings
+from worker.cheat import CheatMode
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -72,6 +73,14 @@ def run(
         float | None,
         typer.Option("--idle-interval", min=0.05, help="Seconds between heartbeats with no work. Default: backend's."),
     ] = None,
+    cheat: Annotated[
+        CheatMode | None,
+        typer.Option(
+            "--cheat",
+            help="Devnet drills only: submit dishonest files this way, to be caught and slashed (docs/worker.md).",
+            show_default=False,
+        ),
+    ] = None,
 ) -> None:
     """Work for a pool: heartbeat, fetch checkpoints, generate, prove, upload and submit rollouts.
 
@@ -99,6 +108,7 @@ def run(
         max_batches=max_batches,
         idle_interval=idle_interval,
         specs={"cores": _cores()},
+        cheat=cheat,
     )
     stop = threading.Event()
 

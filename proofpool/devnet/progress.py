@@ -70,6 +70,21 @@ class Snapshot:
     pending: int
     accepted_keys: list[bytes] = field(repr=False)
     """Accepted (not yet finalized) work keys."""
+    submissions: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    """(node, work key hex) of every submission."""
+    verdicts_per_key: Counter[str] = field(default_factory=Counter, repr=False)
+    """Verdict events per work key (0x hex): exactly one for every judged submission."""
+
+    def verdict_anomalies(self) -> list[str]:
+        """Judged submissions without exactly one verdict, and verdicts for unknown keys."""
+        keys = {key for _, key in self.submissions}
+        problems = [
+            f"submission {key} has {self.verdicts_per_key[key]} verdicts"
+            for _, key in self.submissions
+            if self.verdicts_per_key[key] != 1
+        ]
+        problems += [f"verdict for unknown submission {key}" for key in self.verdicts_per_key if key not in keys]
+        return problems
 
     @property
     def step(self) -> int:
@@ -127,6 +142,8 @@ def read_snapshot(stack: DevnetStack, run: DevnetRun) -> Snapshot:
         validators=validators,
         pending=sum(1 for row in submissions if row["status"] == "pending"),
         accepted_keys=[bytes.fromhex(row["work_key"][2:]) for row in submissions if row["status"] == "accepted"],
+        submissions=[(row["node"], row["work_key"]) for row in submissions if row["status"] != "pending"],
+        verdicts_per_key=Counter(v["work_key"] for v in verdicts),
     )
 
 

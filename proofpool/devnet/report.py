@@ -28,9 +28,12 @@ class Outcome:
         return not self.problems
 
 
-def judge_market(snapshot: Snapshot, steps: int, ledger_problems: list[str] | None) -> Outcome:
+def judge_market(
+    snapshot: Snapshot, steps: int, ledger_problems: list[str] | None, missing_files: list[str] | None = None
+) -> Outcome:
     """The checks `proofpool devnet run` exits non-zero on."""
-    problems = []
+    problems = snapshot.verdict_anomalies()
+    problems += [f"rollout file lost: {key}" for key in missing_files or []]
     if snapshot.step < steps:
         problems.append(f"the trainer took {snapshot.step} of {steps} steps")
     for line in snapshot.nodes:

@@ -13,6 +13,7 @@ Every process started is stopped on the way out, also on Ctrl-C or SIGTERM.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import signal
 import time
@@ -38,6 +39,8 @@ from proofpool.devnet.services import Service, ServiceFailed, stop_all
 from proofpool.devnet.stack import DevnetStack, start_stack
 from proofpool.errors import ProofpoolError, ServiceUnavailable
 from proofpool.model.cache import ensure_devnet_model
+from proofpool.storage import rollout_key
+from proofpool.storage.s3 import ObjectStore
 from proofpool.storage.seaweed import start_seaweed
 
 PROVIDER_STAKE = 200 * TOKEN
@@ -83,6 +86,22 @@ class DevnetRun:
     def processes(self) -> list[Service]:
         return [*self.workers.values(), *self.validators.values(), *([self.trainer] if self.trainer else [])]
 
+    def service(self, name: str) -> Service:
+        """A running service by its name (indexer, backend, validator, worker-alice, ...)."""
+        return next(s for s in self.stack.services if s.name == name)
+
+    def restart(self, name: str) -> Service:
+        """Start service `name` again (after a stop or a SIGKILL), with the same command."""
+        old = self.service(name)
+        new = self.stack.restart(old)
+        for group in (self.workers, self.validators):
+            for key, value in group.items():
+                if value is old:
+                    group[key] = new
+        if self.trainer is old:
+            self.trainer = new
+        return new
+
 
 Say = Callable[[str], None]
 Show = Callable[[DevnetRun, Snapshot], None]
@@ -105,7 +124,7 @@ def check_services() -> None:
 
 
 @contextmanager
-def market(config: DevnetConfig, say: Say) -> Iterator[DevnetStack]:
+def market(config: DevnetConfig, say: Say) -> Iterator[tuple[DevnetStack, ObjectStore]]:
     """A fresh database, a flushed Redis db, SeaweedFS and the stack (anvil, indexer, backend)."""
     settings = get_settings()
     root = config.out_dir
@@ -132,7 +151,7 @@ def market(config: DevnetConfig, say: Say) -> Iterator[DevnetStack]:
             say=say,
         )
         try:
-            yield stack
+            yield stack, ObjectStore.from_settings(s3.settings(settings))
         finally:
             stack.close()
 
@@ -155,6 +174,8 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
             ["validator", "run", "--concurrency", "1", "--metrics-port", str(port), "--loglevel", "WARNING"],
             {
                 "PROOFPOOL_PRIVATE_KEY": validator.key.hex(),
+                # A validator killed mid-task holds its claim this long before another takes over.
+                "PROOFPOOL_VALIDATOR_LEASE": "60",
                 "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name),
             },
         )
@@ -193,11 +214,16 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
     return run
 
 
-def follow(run: DevnetRun, show: Show) -> Snapshot:
-    """Refresh the view until the trainer finishes; a process that dies on its own ends the run."""
+def follow(run: DevnetRun, show: Show, during: Show | None = None) -> Snapshot:
+    """Refresh the view until the trainer finishes; a process that dies on its own ends the run.
+
+    `during` is called after every refresh (the fault drills kill and restart services there);
+    while the backend is down the view keeps its last snapshot."""
     stack = run.stack
     snapshot = read_snapshot(stack, run)
     while True:
+        if during is not None:
+            during(run, snapshot)
         assert run.trainer is not None
         if not run.trainer.alive:
             code = run.trainer.process.returncode
@@ -214,7 +240,8 @@ def follow(run: DevnetRun, show: Show) -> Snapshot:
                 )
         show(run, snapshot)
         time.sleep(run.config.refresh)
-        snapshot = read_snapshot(stack, run)
+        with contextlib.suppress(ServiceUnavailable):  # the backend restarts (a drill): keep the last view
+            snapshot = read_snapshot(stack, run)
 
 
 def settle(run: DevnetRun, say: Say) -> Snapshot:
@@ -258,17 +285,21 @@ def install_sigterm() -> None:
     signal.signal(signal.SIGTERM, interrupt)
 
 
-def run_devnet(config: DevnetConfig, console: Console, verify: Verify | None = None) -> Outcome:
-    """Run the whole devnet and report; the caller exits non-zero unless `outcome.ok`."""
+def run_devnet(
+    config: DevnetConfig, console: Console, verify: Verify | None = None, during: Show | None = None
+) -> Outcome:
+    """Run the whole devnet and report; the caller exits non-zero unless `outcome.ok`.
+
+    `during(run, snapshot)` is called while the loop runs (fault drills)."""
     install_sigterm()
     check_services()
     say = _sayer(console)
     # Built once here, before a dozen processes would each build it at the same time.
     say(f"devnet model: {ensure_devnet_model(progress=say)}")
-    with market(config, say) as stack:
+    with market(config, say) as (stack, store):
         run = start_loop(config, stack, say)
         try:
-            snapshot = _follow_with_view(run, console)
+            snapshot = _follow_with_view(run, console, during)
             snapshot = settle(run, say)
         finally:
             stop_all(run.processes, timeout=30)
@@ -276,7 +307,8 @@ def run_devnet(config: DevnetConfig, console: Console, verify: Verify | None = N
         if verify is not None:
             say("verifying the ledger: rebuilding it from chain events alone and diffing it with PostgreSQL")
             ledger_problems = verify(stack)
-        outcome = judge_market(snapshot, config.steps, ledger_problems)
+        missing = [key for node, key in snapshot.submissions if not _stored(store, stack.pool_id, node, key)]
+        outcome = judge_market(snapshot, config.steps, ledger_problems, missing)
         _print_report(console, config, snapshot, outcome)
         write_json(config.out_dir / "report.json", snapshot, outcome, {"logs": str(stack.root)})
     return outcome
@@ -294,6 +326,10 @@ def verify_ledger_of(stack: DevnetStack) -> list[str]:
     return [] if diff.ok else render_text(diff).splitlines()[1:]
 
 
+def _stored(store: ObjectStore, pool_id: int, node: str, work_key: str) -> bool:
+    return store.head_object(rollout_key(pool_id, node, work_key.removeprefix("0x"))) is not None
+
+
 def _sayer(console: Console) -> Say:
     started = time.monotonic()
 
@@ -303,12 +339,12 @@ def _sayer(console: Console) -> Say:
     return say
 
 
-def _follow_with_view(run: DevnetRun, console: Console) -> Snapshot:
+def _follow_with_view(run: DevnetRun, console: Console, during: Show | None) -> Snapshot:
     """`follow` with a live table on a terminal, a status line every 10 s elsewhere."""
     steps = run.config.steps
     if console.is_terminal:
         with Live(console=console, refresh_per_second=1, transient=False) as live:
-            return follow(run, lambda _run, snap: live.update(live_table(snap, steps)))
+            return follow(run, lambda _run, snap: live.update(live_table(snap, steps)), during)
     last = [0.0]
 
     def show(_run: DevnetRun, snap: Snapshot) -> None:
@@ -316,7 +352,7 @@ def _follow_with_view(run: DevnetRun, console: Console) -> Snapshot:
             console.print(status_line(snap, steps), highlight=False)
             last[0] = time.monotonic()
 
-    return follow(run, show)
+    return follow(run, show, during)
 
 
 def _print_report(console: Console, config: DevnetConfig, snapshot: Snapshot, outcome: Outcome) -> None:

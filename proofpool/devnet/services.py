@@ -7,13 +7,14 @@ way, as separate processes talking over real connections, like an operator's dep
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -33,6 +34,9 @@ class Service:
     name: str
     process: subprocess.Popen[bytes]
     log_path: Path
+    args: tuple[str, ...] = ()
+    """The `proofpool` arguments it was started with (`restarted()` starts it again with them)."""
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     @property
     def alive(self) -> bool:
@@ -51,14 +55,19 @@ class Service:
             try:
                 self.process.wait(timeout)
             except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+                self.kill()
         return self.process.returncode
 
+    def restarted(self) -> Service:
+        """The same command started again (same environment, same log file, appended)."""
+        return spawn_cli(self.name, list(self.args), self.env, self.log_path)
+
     def kill(self) -> None:
-        """SIGKILL: what a crash or an OOM kill does (no cleanup runs)."""
-        if self.alive:
-            self.process.kill()
+        """SIGKILL to the service and every process it started (its own process group): what a
+        crash of the machine's process tree does, no cleanup runs. Killing only the leader would
+        leave e.g. a validator's Celery workers running on as orphans."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
         self.process.wait()
 
 
@@ -98,9 +107,10 @@ def spawn_cli(name: str, args: list[str], env: Mapping[str, str], log_path: Path
         env=dict(env),
         stdout=out,
         stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: `kill()` reaches the children too
     )
     out.close()
-    return Service(name, process, log_path)
+    return Service(name, process, log_path, tuple(args), dict(env))
 
 
 def wait_until(

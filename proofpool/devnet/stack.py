@@ -43,6 +43,12 @@ class DevnetStack:
         self.services.append(service)
         return service
 
+    def restart(self, service: Service) -> Service:
+        """Start a stopped (or killed) service again in its place in `services`."""
+        again = service.restarted()
+        self.services[self.services.index(service)] = again
+        return again
+
     def close(self) -> None:
         """Stop every service started here (all at once, 30 s grace), then the chain."""
         stop_all(list(reversed(self.services)), timeout=30)

@@ -94,6 +94,21 @@ def test_first_claim_wins_and_others_get_none(conn):
     assert store.claim(conn, OTHER_POOL, key(1), B, lease_seconds=LEASE) is not None
 
 
+def test_claimed_elsewhere_says_how_long_an_undecided_claim_holds(conn):
+    """What a second validator's task uses to retry instead of dropping a key whose owner may
+    have died mid-task (the drill: SIGKILL a validator while it validates)."""
+    assert store.claimed_elsewhere(conn, POOL, key(1)) is None  # nobody has it
+    assert store.claim(conn, POOL, key(1), A, lease_seconds=LEASE) is not None
+    held = store.claimed_elsewhere(conn, POOL, key(1))
+    assert held is not None and LEASE - 5 < held <= LEASE
+    expire_lease(conn, POOL, key(1))
+    held = store.claimed_elsewhere(conn, POOL, key(1))
+    assert held is not None and held <= 0  # expired: the retry takes it over
+    assert store.claim(conn, POOL, key(1), B, lease_seconds=LEASE) is not None
+    assert store.record_decision(conn, POOL, key(1), B, "accepted", None, {})
+    assert store.claimed_elsewhere(conn, POOL, key(1)) is None  # decided: nothing left to do
+
+
 def test_claim_stores_the_checksummed_address(conn):
     claimed = store.claim(conn, POOL, key(1), A.lower(), lease_seconds=LEASE)
     assert claimed is not None and claimed.validator == A

@@ -1,0 +1,150 @@
+"""End-to-end figures of the devnet market (`proofpool devnet run`, as `make demo` starts it).
+
+The whole market runs for real: anvil, SeaweedFS, PostgreSQL `proofpool_bench_e2e`, Redis db 9,
+the backend, the indexer, two validators, the trainer and four workers (one cheating), all on this
+machine's cores. Reported:
+
+- submissions per minute, end to end (all `WorkSubmitted` while the trainer ran its steps);
+- submission-to-verdict latency p50/p99: the submission's block to its verdict's block (chain
+  time, whole seconds: anvil stamps blocks by the second);
+- the share of worker time spent generating: per worker, the seconds its batches took to generate
+  (the `batch written` log lines) over the time from its first batch to its last;
+- validator utilization: seconds spent deciding (`proofpool_validation_seconds_sum`, scraped
+  from each validator's metrics port) over the time the loop ran.
+
+Prints JSON lines and writes `bench/results/e2e.jsonl`.
+Run: `.venv/bin/python -m bench.e2e [--steps 3] [--samples-per-step 256]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+import httpx
+import psycopg
+
+from bench.market import emit
+from proofpool.devnet.run import DevnetConfig, check_services, follow, market, settle, start_loop
+from proofpool.devnet.services import stop_all
+from proofpool.devnet.stack import DevnetStack
+from proofpool.model.cache import ensure_devnet_model
+
+REDIS_DB = 9
+BATCH_LINE = re.compile(r"^(\S+ \S+) INFO worker\.node batch written .*?\bseconds=([0-9.]+)")
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def verdict_latencies(stack: DevnetStack) -> list[float]:
+    """Seconds of chain time from each submission's block to its verdict's block."""
+    query = """
+        SELECT s.block_number, v.block_number FROM submissions s
+          JOIN verdicts v ON v.pool_id = s.pool_id AND v.work_key = s.work_key
+         WHERE s.pool_id = %s"""
+    with psycopg.connect(stack.env["DATABASE_URL"]) as conn:
+        pairs = conn.execute(query, (stack.pool_id,)).fetchall()
+    stamps: dict[int, int] = {}
+
+    def stamp(block: int) -> int:
+        if block not in stamps:
+            stamps[block] = int(stack.admin.w3.eth.get_block(block)["timestamp"])
+        return stamps[block]
+
+    return [float(stamp(verdict) - stamp(submitted)) for submitted, verdict in pairs]
+
+
+def generating_share(log_path: Path) -> tuple[float, int] | None:
+    """(generation seconds / time from the first batch's start to the last batch's end, batches)."""
+    batches = []
+    for line in log_path.read_text(errors="replace").splitlines():
+        match = BATCH_LINE.match(line)
+        if match:
+            at = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+            batches.append((at, float(match.group(2))))
+    if len(batches) < 2:
+        return None
+    span = batches[-1][0] - (batches[0][0] - batches[0][1])
+    return sum(seconds for _, seconds in batches) / span, len(batches)
+
+
+def busy_seconds(port: int) -> float:
+    """`proofpool_validation_seconds_sum` of one validator."""
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    match = re.search(r"^proofpool_validation_seconds_sum (\S+)$", text, re.MULTILINE)
+    return float(match.group(1)) if match else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--samples-per-step", type=int, default=256)
+    args = parser.parse_args()
+    check_services()
+    ensure_devnet_model()
+    out = Path(tempfile.mkdtemp(prefix="proofpool-bench-e2e-"))
+    config = DevnetConfig(
+        out_dir=out / "run",
+        steps=args.steps,
+        samples_per_step=args.samples_per_step,
+        database="proofpool_bench_e2e",
+        redis_db=REDIS_DB,
+    )
+    common = {"bench": "e2e", "steps": args.steps, "samples_per_step": args.samples_per_step, "cores": 2}
+    with market(config, print) as (stack, _store):
+        run = start_loop(config, stack, print)
+        try:
+            started = time.monotonic()
+            follow(run, lambda _run, _snap: None)
+            loop_seconds = time.monotonic() - started
+            busy = {name: busy_seconds(port) for name, port in run.metrics_ports.items()}
+            snapshot = settle(run, print)
+        finally:
+            stop_all(run.processes)
+        latencies = verdict_latencies(stack)
+        shares = {
+            name: generating_share(stack.root / f"worker-{name}.log") for name in run.workers if name != run.cheater
+        }
+    submitted = sum(n.submitted for n in snapshot.nodes)
+    rows = [
+        {
+            **common,
+            "figure": "submissions_per_minute",
+            "value": round(submitted / (loop_seconds / 60), 1),
+            "submissions": submitted,
+            "loop_seconds": round(loop_seconds, 1),
+        },
+        {
+            **common,
+            "figure": "submission_to_verdict_seconds",
+            "p50": percentile(latencies, 0.5),
+            "p99": percentile(latencies, 0.99),
+            "mean": round(statistics.fmean(latencies), 2),
+            "verdicts": len(latencies),
+        },
+        {
+            **common,
+            "figure": "worker_generating_share",
+            "value": round(statistics.fmean(s[0] for s in shares.values() if s), 3),
+            "per_worker": {name: None if s is None else round(s[0], 3) for name, s in shares.items()},
+        },
+        {
+            **common,
+            "figure": "validator_utilization",
+            "value": round(statistics.fmean(b / loop_seconds for b in busy.values()), 3),
+            "per_validator": {name: round(b / loop_seconds, 3) for name, b in busy.items()},
+        },
+    ]
+    emit("e2e", rows)
+
+
+if __name__ == "__main__":
+    main()

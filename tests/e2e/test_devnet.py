@@ -1,0 +1,82 @@
+"""The whole market, end to end, as `make demo` runs it, small: 3 trainer steps of two files each.
+
+One run carries the fault drills: once verdicts flow, a validator, then the indexer,
+then the backend are SIGKILLed (no cleanup runs) and started again while workers keep submitting.
+The run must still complete, and its own closing checks must pass: every submission has exactly
+one verdict, every rollout file is in the store, the ledger rebuilt from chain events alone
+matches PostgreSQL, the cheater is slashed and ejected and no honest node is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from proofpool.devnet.progress import Snapshot
+from proofpool.devnet.run import DevnetConfig, DevnetRun, run_devnet, verify_ledger_of
+from proofpool.devnet.services import http_ok, wait_until
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass
+class FaultDrills:
+    """SIGKILL and restart one service at a time (with every process it started), the first once
+    verdicts flow, each next one once the market made progress since the previous drill."""
+
+    order: tuple[str, ...] = ("validator", "indexer", "backend")
+    done: list[str] = field(default_factory=list)
+    judged_at_last_drill: int = -1
+    log: list[str] = field(default_factory=list)
+
+    def __call__(self, run: DevnetRun, snapshot: Snapshot) -> None:
+        if len(self.done) == len(self.order):
+            return
+        judged = len(snapshot.submissions)
+        if judged == 0 or judged <= self.judged_at_last_drill:
+            return  # wait until verdicts flowed again after the last drill
+        name = self.order[len(self.done)]
+        run.service(name).kill()
+        time.sleep(2)
+        again = run.restart(name)
+        if name == "backend":
+            wait_until(lambda: http_ok(run.stack.backend_url + "/healthz"), timeout=60, what="backend", service=again)
+        self.done.append(name)
+        self.judged_at_last_drill = judged
+        self.log.append(f"killed and restarted {name} at checkpoint {snapshot.version}, {judged} judged")
+
+
+@pytest.mark.timeout(1800)
+def test_devnet_completes_through_fault_drills(tmp_path: Path) -> None:
+    drills = FaultDrills()
+    config = DevnetConfig(
+        out_dir=tmp_path / "devnet",
+        steps=3,
+        samples_per_step=128,
+        database="proofpool_test_e2e",
+        redis_db=13,
+        step_timeout=600,
+        verdict_timeout=400,
+    )
+    outcome = run_devnet(config, Console(width=140), verify=verify_ledger_of, during=drills)
+
+    assert drills.done == ["validator", "indexer", "backend"], drills.log
+    assert outcome.ok, outcome.problems
+    assert outcome.ledger_matches is True
+    report = json.loads((config.out_dir / "report.json").read_text())
+    assert report["steps"] == 3 and report["checkpoint_version"] == 3
+    by_role = {p["role"]: p for p in report["providers"] if p["role"] != "honest"}
+    cheater = by_role["other-model"]
+    assert cheater["member_state"] == "slashed" and int(cheater["slashed"]) > 0 and cheater["invalid"] >= 1
+    honest = [p for p in report["providers"] if p["role"] == "honest"]
+    assert len(honest) == 3
+    assert all(p["invalid"] == 0 and p["accepted"] >= 1 and int(p["rewards"]) > 0 for p in honest), honest
+    assert sum(sum(v["verdicts"].values()) for v in report["validators"]) == sum(
+        p["submitted"] for p in report["providers"]
+    )
+    assert (config.out_dir / "reward.png").read_bytes()[:4] == b"\x89PNG"
