@@ -15,8 +15,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from proofpool.errors import ProofpoolError
-from proofpool.http.ledger_client import LedgerClient
+from proofpool.errors import ProofpoolError, ServiceUnavailable
+from proofpool.http.ledger_client import LedgerClient, LedgerRefused
 from proofpool.rollout import RolloutFileError, RolloutSample, read_rollouts
 from proofpool.storage import rollout_key
 from proofpool.storage.s3 import ObjectStore, StorageError
@@ -91,9 +91,14 @@ def gather(
     deadline = time.monotonic() + timeout
     last_said = 0.0
     while True:
-        for _, file_rows in source.fetch_new(min_version, samples - len(rows)):
-            rows += file_rows
-            files += 1
+        try:
+            for _, file_rows in source.fetch_new(min_version, samples - len(rows)):
+                rows += file_rows
+                files += 1
+        except (ServiceUnavailable, LedgerRefused) as exc:
+            # The backend restarting (or briefly refusing) is no reason to stop training: ask
+            # again at the next poll; the step's timeout still bounds the wait.
+            log.warning("ledger unavailable, retrying: %s", exc, extra={"pool": source.pool_id, "step": step})
         if len(rows) >= samples:
             return rows
         now = time.monotonic()

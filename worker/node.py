@@ -87,6 +87,8 @@ class WorkerConfig:
     """Stop after submitting this many new batches (benchmarks, tests); None: run until stopped."""
     idle_interval: float | None = None
     """Seconds between heartbeats while there is no work; None: the backend's heartbeat interval."""
+    async_window: int = 2
+    """The validators' version window: a journaled batch older than latest - window is not submitted."""
     backoff: Backoff = field(default_factory=Backoff)
     specs: dict[str, Any] = field(default_factory=dict)
     cheat: CheatMode | None = None
@@ -312,7 +314,12 @@ class WorkerNode:
         return beat
 
     def finish(self, entry: JournalEntry) -> JournalEntry:
-        """Upload and submit a journaled batch; abandons it (keeping the file) if the chain refuses."""
+        """Upload and submit a journaled batch; abandons it (keeping the file) if the chain refuses,
+        or if its version fell out of the pool's window while it waited (a worker restarted after a
+        long outage): validators would reject it as stale and the node would be slashed."""
+        stale = None if self.cheater else self._stale(entry)
+        if stale is not None:
+            return self._abandon(entry, stale)
         data = self.journal.read_file(entry)
         if entry.state is BatchState.WRITTEN:
             key = upload(self.api, entry, data, self.stop, self.config.backoff, self._uploads)
@@ -323,13 +330,23 @@ class WorkerNode:
                 self.client, self.cheater.on_chain(entry) if self.cheater else entry, self.stop, self.config.backoff
             )
         except SubmitRefused as refused:
-            log.error("submission abandoned: %s", refused, extra=self._context(entry))
-            self.console.say(f"[red]batch {entry.batch} abandoned[/red]: {refused}")
-            return self.journal.set_state(entry, BatchState.ABANDONED, error=str(refused))
+            return self._abandon(entry, str(refused))
         log.info("submitted", extra={**self._context(entry), "tx": sent.tx_hash, "units": entry.work_units})
         return self.journal.set_state(entry, BatchState.SUBMITTED, tx_hash=sent.tx_hash)
 
     # --- helpers ----------------------------------------------------------------------------
+
+    def _stale(self, entry: JournalEntry) -> str | None:
+        latest = self._chain(lambda: self.client.pool.latest_checkpoint(entry.pool_id).version, "latest checkpoint")
+        oldest = latest - self.config.async_window
+        if entry.version >= oldest:
+            return None
+        return f"version {entry.version} is below the pool's window ({oldest}..{latest}); not submitting stale work"
+
+    def _abandon(self, entry: JournalEntry, why: str) -> JournalEntry:
+        log.error("submission abandoned: %s", why, extra=self._context(entry))
+        self.console.say(f"[red]batch {entry.batch} abandoned[/red]: {why}")
+        return self.journal.set_state(entry, BatchState.ABANDONED, error=why)
 
     def _skip(self, a: Assignment, problem: Unservable) -> None:
         log.warning(

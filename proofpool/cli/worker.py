@@ -108,6 +108,7 @@ def run(
         max_batches=max_batches,
         idle_interval=idle_interval,
         specs={"cores": _cores()},
+        async_window=settings.async_window,
         cheat=cheat,
     )
     stop = threading.Event()

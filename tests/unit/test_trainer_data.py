@@ -83,3 +83,26 @@ def test_leaves_versions_below_the_window_and_pending_work_alone() -> None:
     found = source.fetch_new(min_version=1)
     assert [key[0] for key, _ in found] == [4]
     assert source.fetch_new(min_version=0) != []  # the version-0 file was not marked used
+
+
+def test_gather_rides_out_a_backend_that_is_down_for_a_while() -> None:
+    """The e2e drill kills the backend while the trainer waits: the trainer must ask again."""
+    import threading
+
+    from proofpool.errors import ServiceUnavailable
+    from trainer.data import gather
+
+    source = _market([(0, 10, "accepted"), (0, 11, "accepted")])
+    ledger = source.ledger
+    outages = [2]
+    real_items = ledger.items
+
+    def flaky(resource: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
+        if outages[0]:
+            outages[0] -= 1
+            raise ServiceUnavailable("backend not reachable (restarting)")
+        return real_items(resource, filters)
+
+    ledger.items = flaky  # type: ignore[method-assign]
+    rows = gather(source, step=0, async_level=2, samples=8, timeout=10, stop=threading.Event(), say=print, poll=0.01)
+    assert len(rows) == 8 and outages == [0]

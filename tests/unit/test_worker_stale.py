@@ -1,0 +1,59 @@
+"""A journaled batch whose version fell out of the pool's window while the worker was away is
+abandoned, not submitted: validators judge staleness at the submission's block, so sending it
+would get an honest node slashed. Chain and API are faked (only `latest_checkpoint` is read and
+nothing may be uploaded or submitted); the journal is the real SQLite one."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from eth_account import Account
+from rich.console import Console
+
+from proofpool.chain.anvil import ANVIL_KEYS
+from worker.console import WorkerConsole
+from worker.journal import BatchState
+from worker.node import WorkerConfig, WorkerNode
+
+NODE = Account.from_key(ANVIL_KEYS[6])
+
+
+class Untouchable:
+    """Any use but the ones allowed is a failure of the test."""
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"{name} must not be used for a stale batch")
+
+
+def node_at(tmp_path: Path, latest: int) -> WorkerNode:
+    pool = SimpleNamespace(latest_checkpoint=lambda _pool: SimpleNamespace(version=latest))
+    client = SimpleNamespace(pool=pool, address=NODE.address)
+    config = WorkerConfig(pool_id=1, state_dir=tmp_path / "state", checkpoint_cache_dir=tmp_path / "cache")
+    console = WorkerConsole(NODE.address, "http://127.0.0.1:9", Console(file=open("/dev/null", "w")))  # noqa: SIM115
+    return WorkerNode(config, NODE, client, Untouchable(), lambda: Untouchable(), console)  # type: ignore[arg-type]
+
+
+def journaled(node: WorkerNode, version: int):
+    data = f"rollouts of version {version}".encode()
+    return node.journal.record_written(1, version, 0, hashlib.sha256(data).digest(), data, 10, 4)
+
+
+def test_a_batch_below_the_window_is_abandoned_without_upload(tmp_path: Path) -> None:
+    node = node_at(tmp_path, latest=3)
+    done = node.finish(journaled(node, version=0))
+    assert done.state is BatchState.ABANDONED
+    assert "below the pool's window (1..3)" in (done.error or "")
+    assert node.journal.read_file(done)  # the file is kept
+
+
+def test_a_batch_inside_the_window_goes_on_to_the_upload(tmp_path: Path) -> None:
+    node = node_at(tmp_path, latest=3)
+    try:
+        node.finish(journaled(node, version=1))
+    except AssertionError as used:
+        assert "request_upload" in str(used)  # it went on to upload: not abandoned
+    else:
+        raise AssertionError("an in-window batch was not uploaded")
