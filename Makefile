@@ -60,6 +60,9 @@ bench: setup contracts
 	$(PY) bench/toploc.py
 	$(PY) -m bench.worker  # as a module: the file name would shadow the worker package
 	$(PY) -m bench.validator
+	$(PY) -m bench.trainer
+	$(PY) -m bench.broadcast
+	$(PY) -m bench.e2e
 
 clean:
 	rm -rf contracts/build .devnet .pytest_cache

@@ -133,7 +133,7 @@ def main() -> None:
         {
             **common,
             "figure": "worker_generating_share",
-            "value": round(statistics.fmean(s[0] for s in shares.values() if s), 3),
+            "value": round(statistics.fmean(s[0] for s in shares.values() if s), 3) if any(shares.values()) else None,
             "per_worker": {name: None if s is None else round(s[0], 3) for name, s in shares.items()},
         },
         {

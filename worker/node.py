@@ -290,7 +290,15 @@ class WorkerNode:
         entry = self.journal.record_written(
             a.pool_id, a.checkpoint_version, a.batch, rollout.sha256, rollout.data, rollout.work_units, rollout.samples
         )
-        log.info("batch written", extra={**self._context(entry), "samples": rollout.samples, "size": len(rollout.data)})
+        log.info(
+            "batch written",
+            extra={
+                **self._context(entry),
+                "samples": rollout.samples,
+                "size": len(rollout.data),
+                "seconds": round(seconds, 3),  # generate + prove + write: bench/e2e.py reads it
+            },
+        )
         self.generated += 1
         self._to_report = entry
         self._submitter.put(entry, seconds)
