@@ -383,7 +383,8 @@ def verify(
     2 could not verify (chain or database unreachable, wrong chain, schema not at head).
     See docs/ledger.md, "Verifying the ledger against the chain".
     """
-    from backend.indexer.verify import render_text, verify_ledger
+    from backend.indexer.ledger_diff import render_text
+    from backend.indexer.verify import verify_ledger
 
     previous = signal.signal(signal.SIGTERM, _interrupt)  # a supervisor's stop still drops the scratch database
     try:

@@ -320,7 +320,8 @@ Verify = Callable[[DevnetStack], list[str]]
 
 def verify_ledger_of(stack: DevnetStack) -> list[str]:
     """`proofpool ledger verify` on the devnet's database: the report's lines when it differs."""
-    from backend.indexer.verify import render_text, verify_ledger
+    from backend.indexer.ledger_diff import render_text
+    from backend.indexer.verify import verify_ledger
 
     diff = verify_ledger(stack.env["DATABASE_URL"], stack.anvil.url, book=stack.admin.book)
     return [] if diff.ok else render_text(diff).splitlines()[1:]

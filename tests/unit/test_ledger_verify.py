@@ -9,7 +9,8 @@ from decimal import Decimal
 
 import pytest
 
-from backend.indexer.verify import Difference, LedgerDiff, TableDiff, diff_rows, render_text, scratch_name
+from backend.indexer.ledger_diff import Difference, LedgerDiff, TableDiff, diff_rows, render_text
+from backend.indexer.verify import scratch_name
 
 COLUMNS = ("address", "active_stake", "tx_hash")
 KEY = ("address",)
