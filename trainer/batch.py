@@ -77,6 +77,43 @@ def make_batch(rows: Sequence[RolloutSample]) -> TokenBatch:
     return TokenBatch(input_ids, attention_mask, mask, advantages)
 
 
+BehaviorKey = tuple[int, tuple[int, ...], tuple[int, ...]]
+"""A row as the policy that generated it saw it: (model version, prompt, completion). Identical
+keys have identical behaviour log-probabilities, so a mapping by key survives filtering and
+sharding of the rows."""
+
+
+def behavior_key(row: RolloutSample) -> BehaviorKey:
+    return (row.model_version, tuple(row.prompt_tokens), tuple(row.completion_tokens))
+
+
+def completion_logprobs(model: PreTrainedModel, rows: Sequence[RolloutSample]) -> dict[BehaviorKey, list[float]]:
+    """Each row's completion-token log-probabilities under `model` (no grad)."""
+    out: dict[BehaviorKey, list[float]] = {}
+    with torch.no_grad():
+        for start in range(0, len(rows), 64):
+            chunk = rows[start : start + 64]
+            logprobs = token_logprobs(model, make_batch(chunk))
+            for i, row in enumerate(chunk):
+                p, c = len(row.prompt_tokens), len(row.completion_tokens)
+                out[behavior_key(row)] = logprobs[i, p - 1 : p + c - 1].tolist()
+    return out
+
+
+def place_logprobs(
+    rows: Sequence[RolloutSample], batch: TokenBatch, logprobs: Mapping[BehaviorKey, Sequence[float]]
+) -> Tensor:
+    """float32 [batch, seq - 1]: per-row completion log-probabilities laid out like `batch.mask`."""
+    out = torch.zeros_like(batch.advantages)
+    for i, row in enumerate(rows):
+        p, c = len(row.prompt_tokens), len(row.completion_tokens)
+        values = logprobs[behavior_key(row)]
+        if len(values) != c:
+            raise ValueError(f"row {i}: {len(values)} behaviour log-probabilities for {c} completion tokens")
+        out[i, p - 1 : p + c - 1] = torch.tensor(values, dtype=torch.float32)
+    return out
+
+
 def _log_softmax(model: PreTrainedModel, batch: TokenBatch) -> Tensor:
     """float32 [batch, seq - 1, vocab]: next-token log-probabilities at each position."""
     logits = model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).logits

@@ -17,13 +17,14 @@ same architecture from its config and receive the weights and optimizer state fr
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from proofpool.rollout import RolloutSample
+from trainer.batch import BehaviorKey
 from trainer.config import GrpoConfig
 from trainer.step import StepMetrics, grpo_step, make_optimizer
 from trainer.world import SINGLE, World, shard_model
@@ -91,9 +92,14 @@ class Policy:
         _receive_weights(model, optimizer, {}, {} if blueprint.has_optimizer_state else None)
         return cls(world, model, optimizer, None, None)
 
-    def step(self, rows: Sequence[RolloutSample], cfg: GrpoConfig) -> StepMetrics:
+    def step(
+        self,
+        rows: Sequence[RolloutSample],
+        cfg: GrpoConfig,
+        behavior: Mapping[BehaviorKey, Sequence[float]] | None = None,
+    ) -> StepMetrics:
         """One GRPO step on `rows` (every rank passes the same rows; each trains its share)."""
-        return grpo_step(self.model, self.optimizer, rows, cfg, world=self.world)  # type: ignore[arg-type]
+        return grpo_step(self.model, self.optimizer, rows, cfg, world=self.world, behavior=behavior)  # type: ignore[arg-type]
 
     def sync(self) -> None:
         """Make rank 0's mirror hold the trained weights and optimizer state (collective)."""

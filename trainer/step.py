@@ -19,7 +19,7 @@ of the whole step: no reweighting by micro-batch size is needed.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,15 @@ import torch
 
 from proofpool.model.tokenizer import BOS_ID
 from proofpool.rollout import RolloutSample
-from trainer.batch import TokenBatch, make_batch, online_filter, token_logprobs, token_logprobs_and_entropy
+from trainer.batch import (
+    BehaviorKey,
+    TokenBatch,
+    make_batch,
+    online_filter,
+    place_logprobs,
+    token_logprobs,
+    token_logprobs_and_entropy,
+)
 from trainer.config import GrpoConfig
 from trainer.loss import LossInputs, grpo_loss
 from trainer.world import SINGLE, World
@@ -68,9 +76,9 @@ def make_optimizer(model: torch.nn.Module, cfg: GrpoConfig) -> torch.optim.AdamW
     return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def _micro_batches(rows: Sequence[RolloutSample], size: int) -> list[TokenBatch]:
+def _micro_batches(rows: Sequence[RolloutSample], size: int) -> list[tuple[Sequence[RolloutSample], TokenBatch]]:
     """Rows in chunks of `size`, each padded to its own longest row."""
-    return [make_batch(rows[i : i + size]) for i in range(0, len(rows), size)]
+    return [(rows[i : i + size], make_batch(rows[i : i + size])) for i in range(0, len(rows), size)]
 
 
 def grpo_step(
@@ -81,11 +89,17 @@ def grpo_step(
     *,
     ref_model: PreTrainedModel | None = None,
     world: World = SINGLE,
+    behavior: Mapping[BehaviorKey, Sequence[float]] | None = None,
 ) -> StepMetrics:
     """One optimizer step of `model` on `rows` (see the module docstring); returns its metrics.
 
     `ref_model` gives the reference log-probabilities of the KL term and is required when
-    `cfg.kl_coef > 0`. The model is left in train mode.
+    `cfg.kl_coef > 0`. `behavior` holds each row's completion log-probabilities under the policy
+    that generated it (`trainer.behavior`): the ratio's denominator, so clipping and the delta cap
+    act on how far the policy moved since the rollout. Without it the denominator is the step's
+    starting policy (ratio 1), right only for on-policy rows: on rows one or two versions old that
+    pushed the devnet's policy backwards (held-out accuracy 0.264 -> 0.235 in 10 steps at lag 2,
+    against 0.264 -> 0.310 on-policy). The model is left in train mode.
     """
     started = time.monotonic()
     if cfg.kl_coef > 0 and ref_model is None:
@@ -112,14 +126,16 @@ def grpo_step(
     batches = _micro_batches(mine, cfg.micro_batch)
     model.train()
     with torch.no_grad():
-        old = [token_logprobs(model, b) for b in batches]  # [mb, seq - 1] each, the pre-update policy
-        refs = [token_logprobs(ref_model, b) for b in batches] if ref_model is not None else [None] * len(batches)
+        old = [  # [mb, seq - 1] each: the behaviour policy, or the pre-update policy
+            token_logprobs(model, b) if behavior is None else place_logprobs(chunk, b, behavior) for chunk, b in batches
+        ]
+        refs = [token_logprobs(ref_model, b) for _, b in batches] if ref_model is not None else [None] * len(batches)
 
     optimizer.zero_grad(set_to_none=True)
     loss_total = 0.0
     sums = {"clip_low_frac": 0.0, "clip_high_frac": 0.0, "delta_frac": 0.0, "ratio_mean": 0.0}
     tokens = 0
-    for batch, old_logprobs, ref_logprobs in zip(batches, old, refs, strict=True):
+    for (_, batch), old_logprobs, ref_logprobs in zip(batches, old, refs, strict=True):
         if cfg.entropy_coef > 0:
             logprobs, entropy = token_logprobs_and_entropy(model, batch)
         else:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
 from pydantic import BaseModel, ConfigDict, Field
 
 from proofpool.chain.client import ChainClient
@@ -38,6 +39,7 @@ from proofpool.errors import ProofpoolError
 from proofpool.http.ledger_client import LedgerClient
 from proofpool.model.base import resolve_base_model
 from proofpool.storage.s3 import ObjectStore
+from trainer.behavior import BehaviorPolicies
 from trainer.config import GrpoConfig
 from trainer.data import RolloutSource, gather
 from trainer.metrics import append_csv, plot, read_csv
@@ -111,6 +113,8 @@ def run_trainer(
         model = load_model(start_dir, "fp32")
         if state is not None:
             model.load_state_dict(state.model)
+        behavior = BehaviorPolicies(model, lambda version: _published_state(client, store, config, pool, version))
+        behavior.remember(step, model.state_dict())  # what version `step` was published as
         policy = Policy.whole(model, config.grpo, None if state is None else state.optimizer)
     except BaseException as exc:
         abort_followers(world, exc)
@@ -140,9 +144,10 @@ def run_trainer(
             )
             waited = time.monotonic() - gather_started
             step_started = time.monotonic()
-            _tell(world, Command("step", rows))
+            old = behavior.logprobs(rows)  # the ratio's denominator: the policies that sampled the rows
+            _tell(world, Command("step", (rows, old)))
             followers_waiting = False
-            metrics = policy.step(rows, config.grpo)
+            metrics = policy.step(rows, config.grpo, old)
             trained = time.monotonic() - step_started
             policy.sync()  # rank 0's whole model now holds the step's weights
             followers_waiting = True
@@ -150,6 +155,8 @@ def run_trainer(
                 client, store, pool, step + 1, policy.whole_model, config.shard_size, assets_dir=base_dir
             )
             pruned = prune_checkpoints(store, pool, keep_from=step + 1 - config.async_level)
+            behavior.remember(step + 1, policy.whole_model.state_dict())
+            behavior.forget_below(step + 1 - config.async_level)
             step += 1
             save_state(config.state_dir, TrainerState(step, *policy.state_dicts(), source.seen))
             row = {
@@ -191,7 +198,8 @@ def follow_trainer(config: TrainerConfig, world: World) -> int:
         command = _heard(world)
         if command.kind == "stop":
             return int(command.payload)
-        policy.step(command.payload, config.grpo)
+        rows, old = command.payload
+        policy.step(rows, config.grpo, old)
         policy.sync()
 
 
@@ -203,7 +211,8 @@ class TrainerAborted(ProofpoolError):
 class Command:
     """What rank 0 tells the other ranks to do next (one broadcast, pickled).
 
-    `start`: build the shards (payload: `Blueprint`); `step`: train on the payload's rows;
+    `start`: build the shards (payload: `Blueprint`); `step`: train on the payload's rows (payload:
+    the rows and their behaviour log-probabilities);
     `stop`: done (payload: the last published version); `abort`: rank 0 failed (payload: why).
     """
 
@@ -231,6 +240,20 @@ def _heard(world: World) -> Command:
 
 def _describe(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
+
+
+def _published_state(
+    client: ChainClient, store: ObjectStore, config: TrainerConfig, pool: int, version: int
+) -> dict[str, torch.Tensor]:
+    """The weights workers ran as `version`: the pool's base model, or the published checkpoint."""
+    from proofpool.model.build import load_model
+
+    directory = (
+        _model_dir(client, store, config, pool)
+        if version == 0
+        else ensure_published_checkpoint(client, store, pool, version, config.checkpoint_cache_dir)
+    )
+    return load_model(directory, "fp32").state_dict()
 
 
 def _model_dir(client: ChainClient, store: ObjectStore, config: TrainerConfig, pool: int) -> Path:
