@@ -237,7 +237,8 @@ def test_terminated_connections_are_retried_and_nothing_is_skipped(fresh_anvil, 
     world = build_bulk_world(fresh_anvil, 150)
     indexer = make_indexer(world.market.w3, world.book, clean_database, batch_blocks=2)
     done: dict[str, object] = {}
-    runner = threading.Thread(target=lambda: done.setdefault("stats", indexer.run(once=True)))
+    stop = threading.Event()
+    runner = threading.Thread(target=lambda: done.setdefault("stats", indexer.run(once=True, stop=stop)))
     runner.start()
     try:
         for round_ in range(2):
@@ -249,6 +250,8 @@ def test_terminated_connections_are_retried_and_nothing_is_skipped(fresh_anvil, 
             wait_for(lambda r=round_: indexer.stats.retries > r, "the indexer to notice")
     finally:
         runner.join(timeout=120)
+        stop.set()  # a runner still going would hold the indexer lock into the next tests
+        runner.join(timeout=10)
     stats = done["stats"]
     assert stats.retries >= 2
     assert len(submitted_keys(clean_database)) == 150
@@ -296,6 +299,12 @@ class TcpProxy:
                 return
             upstream = socket.create_connection(self.target)
             with self._lock:
+                if self._server is not server:
+                    # went down while this connection was being made: drop it like the rest, or
+                    # its server session (holding the indexer's lock) would outlive the outage
+                    for sock in (client, upstream):
+                        sock.close()
+                    return
                 self._sockets += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
@@ -321,7 +330,8 @@ def test_a_postgres_outage_is_waited_out(fresh_anvil, clean_database):
     assert via_proxy != clean_database
     indexer = make_indexer(world.market.w3, world.book, via_proxy, batch_blocks=2)
     done: dict[str, object] = {}
-    runner = threading.Thread(target=lambda: done.setdefault("stats", indexer.run(once=True)))
+    stop = threading.Event()
+    runner = threading.Thread(target=lambda: done.setdefault("stats", indexer.run(once=True, stop=stop)))
     runner.start()
     try:
         wait_for(lambda: cursor(clean_database) > world.book.deploy_block + 4, "some progress")
@@ -332,6 +342,8 @@ def test_a_postgres_outage_is_waited_out(fresh_anvil, clean_database):
     finally:
         runner.join(timeout=120)
         proxy.down()
+        stop.set()  # a runner still going would hold the indexer lock into the next tests
+        runner.join(timeout=10)
     assert done["stats"].retries >= 3 and down_at < cursor(clean_database)
     assert len(submitted_keys(clean_database)) == 100
     result = snapshot(clean_database)
