@@ -30,12 +30,11 @@ from dataclasses import dataclass, replace
 from typing import Final, Protocol
 
 import httpx
-from botocore.exceptions import BotoCoreError, ClientError
 
 from proofpool.checkpoint.manifest import MANIFEST_NAME, MAX_MANIFEST_BYTES, MAX_POOL_ID, MAX_VERSION
 from proofpool.checkpoint.store import CheckpointLocation
 from proofpool.errors import ConfigError, ServiceUnavailable
-from proofpool.storage import ObjectNotFound, ObjectStore, ObjectTooLarge, StorageError
+from proofpool.storage import ObjectNotFound, ObjectStore, ObjectTooLarge, RangeNotSatisfiable, StorageError
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +47,6 @@ DEFAULT_TIMEOUT: Final = httpx.Timeout(connect=5.0, read=60.0, write=30.0, pool=
 """Relay timeouts; the read timeout covers a relay mirroring a shard from its upstream first."""
 RELAY_PATH: Final = "/checkpoints/{pool}/{version}/{name}"
 _LAYOUT = re.compile(r"(?:.+/)?pools/([0-9]{1,78})/checkpoints/([0-9]{1,10})/")
-_MISSING_CODES: Final = frozenset({"404", "NoSuchKey", "NotFound"})
 
 
 class SourceError(ServiceUnavailable):
@@ -111,33 +109,23 @@ class StoreSource:
             raise SourceError(self.name, str(exc)) from exc
 
     def read_file(self, name: str, size: int, start: int = 0) -> Iterator[bytes]:
-        """A ranged GET (`Range: bytes=start-`) streamed in chunks.
-
-        Goes to the boto3 client directly: `ObjectStore.get_object` reads whole objects into
-        memory and has no range; this belongs in `proofpool/storage/s3.py` once it grows one.
-        """
+        """A ranged GET (`Range: bytes=start-`) streamed in chunks."""
         key = self.location.file_key(name)
-        extra = {"Range": f"bytes={start}-"} if start else {}
         try:
-            reply = self.store.client.get_object(Bucket=self.store.bucket, Key=key, **extra)
-        except ClientError as exc:
-            code = str(exc.response.get("Error", {}).get("Code", ""))
-            if code in _MISSING_CODES:
-                raise SourceMissing(self.name, f"{name} is not in the store at {self.location.uri}") from exc
-            if code == "InvalidRange":
-                raise SourceCorrupt(self.name, f"{name} in the store is shorter than {start + 1} bytes") from exc
-            raise SourceError(self.name, f"get {key} refused ({code})") from exc
-        except (BotoCoreError, OSError) as exc:
-            raise SourceError(self.name, f"get {key} failed: {exc.__class__.__name__}: {exc}") from exc
-        body = reply["Body"]
-        try:
-            if start + int(reply.get("ContentLength", 0)) > size:
+            stream = self.store.open_range(key, start)
+        except ObjectNotFound as exc:
+            raise SourceMissing(self.name, f"{name} is not in the store at {self.location.uri}") from exc
+        except RangeNotSatisfiable as exc:
+            raise SourceCorrupt(self.name, f"{name} in the store is shorter than {start + 1} bytes") from exc
+        except StorageError as exc:
+            raise SourceError(self.name, str(exc)) from exc
+        with stream:
+            if start + stream.length > size:
                 raise SourceCorrupt(self.name, f"{name} in the store is larger than the {size} bytes listed")
-            yield from body.iter_chunks(self.chunk_size)
-        except (BotoCoreError, OSError) as exc:
-            raise SourceError(self.name, f"reading {key} failed: {exc.__class__.__name__}: {exc}") from exc
-        finally:
-            body.close()
+            try:
+                yield from stream.chunks(self.chunk_size)
+            except StorageError as exc:
+                raise SourceError(self.name, f"reading {key} failed: {exc}") from exc
 
 
 class RelaySource:

@@ -66,6 +66,36 @@ class ObjectTooLarge(StorageError):
     """An object is larger than the caller is willing to read."""
 
 
+class RangeNotSatisfiable(StorageError):
+    """A ranged read that starts past the object's end."""
+
+
+@dataclass
+class ObjectStream:
+    """An object's bytes from some offset on, read from the store as the chunks are consumed
+    (`ObjectStore.open_range`); close it, or use it in a `with` block."""
+
+    length: int
+    """Bytes the reply carries (the object's size minus the offset)."""
+    _body: Any
+    _mapped: Any
+
+    def chunks(self, size: int) -> Iterator[bytes]:
+        try:
+            yield from self._body.iter_chunks(size)
+        except (BotoCoreError, OSError) as exc:
+            raise self._mapped(exc) from exc
+
+    def close(self) -> None:
+        self._body.close()
+
+    def __enter__(self) -> ObjectStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 class StorageUnavailable(StorageError, ServiceUnavailable):
     """The object store cannot be reached or answered with a server error."""
 
@@ -242,6 +272,22 @@ class ObjectStore:
             return reply["Body"].read()
         except (BotoCoreError, OSError) as exc:
             raise self._mapped(exc, "get", key) from exc
+
+    def open_range(self, key: str, start: int = 0) -> ObjectStream:
+        """The object from byte `start` on, streamed (a ranged GET resumes a download; `get_object`
+        reads whole objects into memory). `RangeNotSatisfiable` when the object is shorter."""
+        extra = {"Range": f"bytes={start}-"} if start else {}
+        try:
+            reply = self.client.get_object(Bucket=self.bucket, Key=key, **extra)
+        except ClientError as exc:
+            if _code(exc) == "InvalidRange":
+                raise RangeNotSatisfiable(f"s3://{self.bucket}/{key} is shorter than {start + 1} bytes") from exc
+            raise self._mapped(exc, "get", key) from exc
+        except (BotoCoreError, OSError) as exc:
+            raise self._mapped(exc, "get", key) from exc
+        return ObjectStream(
+            int(reply.get("ContentLength", 0)), reply["Body"], lambda exc: self._mapped(exc, "get", key)
+        )
 
     def head_object(self, key: str) -> ObjectInfo | None:
         """Size, etag and stored sha256 of an object, or None when there is no such key."""
