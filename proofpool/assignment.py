@@ -19,6 +19,11 @@ from proofpool.tasks.arithmetic import generate_problems
 ASSIGNMENT_DOMAIN: Final = b"proofpool-assignment-v1"
 """Domain tag of every derived seed; bump it if the derivation ever changes."""
 UINT64_MAX: Final = 2**64 - 1
+MIN_TEMPERATURE: Final = 0.05
+"""Lowest sampling temperature validators accept: near 0, logits / T overflow float32, and a pool
+learns from samples, not near-greedy decodes. Workers refuse to start outside the range, so a
+misconfigured honest node is not slashed for it."""
+MAX_TEMPERATURE: Final = 10.0
 
 
 @dataclass(frozen=True)

@@ -30,9 +30,13 @@ def test_position_cursors_round_trip(block, log):
     assert set(cursor) <= set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_")
 
 
-@given(block=POSITIONS, log=POSITIONS, kind=st.sampled_from(["provider_reward", "withdrawal"]), account=st.text())
+ACCOUNTS = st.from_regex(r"0x[0-9a-fA-F]{40}", fullmatch=True)
+"""Reward rows' accounts are addresses: arbitrary text of 128 characters (up to 512 UTF-8 bytes)
+made cursors longer than the API accepts, a failure of the test's strategy, not of the ledger."""
+
+
+@given(block=POSITIONS, log=POSITIONS, kind=st.sampled_from(["provider_reward", "withdrawal"]), account=ACCOUNTS)
 def test_composite_cursors_round_trip(block, log, kind, account):
-    account = account.replace("\x00", "")[:128]
     assert decode_cursor(REWARDS, encode_cursor(REWARDS, (block, log, kind, account))) == (block, log, kind, account)
 
 

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
+from proofpool.assignment import MAX_TEMPERATURE, MIN_TEMPERATURE
 from proofpool.model.tokenizer import EOS_ID, VOCAB_SIZE
 
 MIB: Final = 2**20
@@ -52,11 +53,11 @@ class PoolRules:
     completion shorter than this must end with EOS, so it must equal what workers were told."""
     vocab_size: int = VOCAB_SIZE
     eos_token_id: int = EOS_ID
-    min_temperature: float = 0.05
-    """Lowest sampling temperature accepted. Temperatures near 0 make logits / T overflow float32, and a
-    pool learns from samples, not near-greedy decodes; workers sample at 1.0 by default."""
-    max_temperature: float = 10.0
-    """Highest temperature accepted (the worker's own setting is capped at 10)."""
+    min_temperature: float = MIN_TEMPERATURE
+    """Lowest sampling temperature accepted (`proofpool.assignment.MIN_TEMPERATURE`, why there);
+    workers sample at 1.0 by default and refuse to start outside the range."""
+    max_temperature: float = MAX_TEMPERATURE
+    """Highest temperature accepted."""
     max_file_bytes: int = 64 * MIB
     max_decoded_bytes: int = 256 * MIB
     """Upper bound on the decoded table, estimated from the Parquet footer before anything is
