@@ -70,6 +70,8 @@ class TrainerConfig(BaseModel):
     out_dir: Path
     """metrics.csv and reward.png."""
     checkpoint_cache_dir: Path
+    relays: tuple[str, ...] = ()
+    """Checkpoint relays to fetch published versions through (S3 is the fallback)."""
     base_model: Path | None = None
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
 
@@ -105,11 +107,7 @@ def run_trainer(
                 "continuing from the state"
             )
         base_dir = _model_dir(client, store, config, pool)
-        start_dir = (
-            base_dir
-            if step == 0
-            else ensure_published_checkpoint(client, store, pool, step, config.checkpoint_cache_dir)
-        )
+        start_dir = base_dir if step == 0 else _fetched(client, store, config, version=step)
         model = load_model(start_dir, "fp32")
         if state is not None:
             model.load_state_dict(state.model)
@@ -248,19 +246,22 @@ def _published_state(
     """The weights workers ran as `version`: the pool's base model, or the published checkpoint."""
     from proofpool.model.build import load_model
 
-    directory = (
-        _model_dir(client, store, config, pool)
-        if version == 0
-        else ensure_published_checkpoint(client, store, pool, version, config.checkpoint_cache_dir)
-    )
+    directory = _model_dir(client, store, config, pool) if version == 0 else _fetched(client, store, config, version)
     return load_model(directory, "fp32").state_dict()
 
 
 def _model_dir(client: ChainClient, store: ObjectStore, config: TrainerConfig, pool: int) -> Path:
     """The pool's version-0 model: tokenizer and model config come from it for every version."""
     if onchain_manifest_sha256(client, pool, 0) is not None:
-        return ensure_published_checkpoint(client, store, pool, 0, config.checkpoint_cache_dir)
+        return _fetched(client, store, config, 0)
     return resolve_base_model(client.pool.get_pool(pool).model_uri, config.base_model)
+
+
+def _fetched(client: ChainClient, store: ObjectStore, config: TrainerConfig, version: int) -> Path:
+    """Published checkpoint `version`, verified against the chain, through the relays if any."""
+    return ensure_published_checkpoint(
+        client, store, config.pool_id, version, config.checkpoint_cache_dir, relays=config.relays
+    )
 
 
 def _flat(metrics: object) -> dict[str, float]:

@@ -77,6 +77,7 @@ def run(
         state_dir=state,
         out_dir=(out_dir or state).expanduser(),
         checkpoint_cache_dir=settings.checkpoint_cache_dir.expanduser(),
+        relays=settings.checkpoint_relays,
         base_model=base_model,
         grpo=GrpoConfig() if lr is None else GrpoConfig(lr=lr),
     )
