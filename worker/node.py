@@ -50,7 +50,7 @@ from worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
 from worker.models import EngineSlot, ModelResolver, Unservable
 from worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
 from worker.rollout import RolloutFile, generate_rollout_file
-from worker.submit import SubmitRefused, submit, upload
+from worker.submit import SubmitRefused, stale_reason, submit, upload
 
 log = logging.getLogger(__name__)
 
@@ -325,8 +325,9 @@ class WorkerNode:
         """Upload and submit a journaled batch; abandons it (keeping the file) if the chain refuses,
         or if its version fell out of the pool's window while it waited (a worker restarted after a
         long outage): validators would reject it as stale and the node would be slashed."""
-        stale = None if self.cheater else self._stale(entry)
-        if stale is not None:
+        window = None if self.cheater else self.config.async_window  # a stale-version cheater sends anyway
+        stale = None if window is None else self._chain(lambda: stale_reason(self.client, entry, window), "staleness")
+        if stale is not None:  # before the upload too: no point storing what will not be sent
             return self._abandon(entry, stale)
         data = self.journal.read_file(entry)
         if entry.state is BatchState.WRITTEN:
@@ -335,7 +336,11 @@ class WorkerNode:
             log.info("uploaded", extra={**self._context(entry), "key": key})
         try:
             sent = submit(
-                self.client, self.cheater.on_chain(entry) if self.cheater else entry, self.stop, self.config.backoff
+                self.client,
+                self.cheater.on_chain(entry) if self.cheater else entry,
+                self.stop,
+                self.config.backoff,
+                window,
             )
         except SubmitRefused as refused:
             return self._abandon(entry, str(refused))
@@ -343,13 +348,6 @@ class WorkerNode:
         return self.journal.set_state(entry, BatchState.SUBMITTED, tx_hash=sent.tx_hash)
 
     # --- helpers ----------------------------------------------------------------------------
-
-    def _stale(self, entry: JournalEntry) -> str | None:
-        latest = self._chain(lambda: self.client.pool.latest_checkpoint(entry.pool_id).version, "latest checkpoint")
-        oldest = latest - self.config.async_window
-        if entry.version >= oldest:
-            return None
-        return f"version {entry.version} is below the pool's window ({oldest}..{latest}); not submitting stale work"
 
     def _abandon(self, entry: JournalEntry, why: str) -> JournalEntry:
         log.error("submission abandoned: %s", why, extra=self._context(entry))

@@ -60,8 +60,35 @@ def upload(
     return retry(once, what="upload", stop=stop, backoff=backoff, context=_context(entry))
 
 
-def submit(client: ChainClient, entry: JournalEntry, stop: threading.Event, backoff: Backoff) -> Submitted:
-    """`submitWork` for `entry` unless the chain already has it; `SubmitRefused` after repeated reverts."""
+STALE_MARGIN = 1
+"""Versions kept between a batch and the window's lower edge when it is sent: validators judge the
+window at the submission's block, and a checkpoint published between this check and that block
+must not push an honest batch out of it (the devnet's fault drills did exactly that once)."""
+
+
+class StaleBatch(SubmitRefused):
+    """The batch's checkpoint version is (about to fall) outside the pool's window."""
+
+
+def stale_reason(client: ChainClient, entry: JournalEntry, window: int) -> str | None:
+    """Why `entry` must not be submitted any more, or None: its version must be at least
+    latest - window + `STALE_MARGIN` (with the validators' async window)."""
+    latest = client.pool.latest_checkpoint(entry.pool_id).version
+    oldest = max(0, latest - window + STALE_MARGIN)
+    if entry.version >= oldest:
+        return None
+    return (
+        f"version {entry.version} is below {oldest} (latest {latest}, window {window}, margin {STALE_MARGIN}); "
+        "validators would reject it as stale and slash the node"
+    )
+
+
+def submit(
+    client: ChainClient, entry: JournalEntry, stop: threading.Event, backoff: Backoff, window: int | None = None
+) -> Submitted:
+    """`submitWork` for `entry` unless the chain already has it; `SubmitRefused` after repeated
+    reverts, `StaleBatch` when `window` is given and the version is too old (`stale_reason`),
+    checked again right before every send."""
     node = client.address
     reverts = 0
 
@@ -72,11 +99,16 @@ def submit(client: ChainClient, entry: JournalEntry, stop: threading.Event, back
                 raise SubmitRefused(f"work key 0x{entry.work_key.hex()} was submitted by another node ({work.node})")
             log.info("work already on-chain, not sending it again", extra=_context(entry))
             return Submitted(None)
+        stale = None if window is None else stale_reason(client, entry, window)
+        if stale is not None:
+            raise StaleBatch(stale)
         receipt = client.pool.submit_work(entry.pool_id, node, entry.work_key, entry.work_units, entry.version)
         return Submitted("0x" + receipt["transactionHash"].hex())
 
     def transient(exc: BaseException) -> bool:
         nonlocal reverts
+        if isinstance(exc, SubmitRefused):
+            return False
         if isinstance(exc, ContractRevert):
             reverts += 1
             return reverts < REVERT_ATTEMPTS

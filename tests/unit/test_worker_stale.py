@@ -14,9 +14,11 @@ from eth_account import Account
 from rich.console import Console
 
 from proofpool.chain.anvil import ANVIL_KEYS
+from proofpool.chain.bindings import WorkStatus
 from worker.console import WorkerConsole
 from worker.journal import BatchState
 from worker.node import WorkerConfig, WorkerNode
+from worker.submit import stale_reason
 
 NODE = Account.from_key(ANVIL_KEYS[6])
 
@@ -45,15 +47,44 @@ def test_a_batch_below_the_window_is_abandoned_without_upload(tmp_path: Path) ->
     node = node_at(tmp_path, latest=3)
     done = node.finish(journaled(node, version=0))
     assert done.state is BatchState.ABANDONED
-    assert "below the pool's window (1..3)" in (done.error or "")
+    assert "below 2 (latest 3, window 2, margin 1)" in (done.error or "")
     assert node.journal.read_file(done)  # the file is kept
 
 
 def test_a_batch_inside_the_window_goes_on_to_the_upload(tmp_path: Path) -> None:
     node = node_at(tmp_path, latest=3)
     try:
-        node.finish(journaled(node, version=1))
+        node.finish(journaled(node, version=2))
     except AssertionError as used:
         assert "request_upload" in str(used)  # it went on to upload: not abandoned
     else:
         raise AssertionError("an in-window batch was not uploaded")
+
+
+def test_the_window_is_checked_again_right_before_submit_work(tmp_path: Path) -> None:
+    """A checkpoint published while the batch uploaded: the send is refused, not slashed later."""
+    import threading
+
+    from worker.retry import Backoff
+    from worker.submit import StaleBatch, submit
+
+    versions = iter([2, 4])  # at the upload: fine; at the send: two versions later
+
+    def sent(*_args: object) -> None:
+        raise AssertionError("submitWork was sent for a stale batch")
+
+    pool = SimpleNamespace(
+        latest_checkpoint=lambda _pool: SimpleNamespace(version=next(versions)),
+        get_work=lambda _pool, _key: SimpleNamespace(status=WorkStatus.NONE),
+        submit_work=sent,
+    )
+    client = SimpleNamespace(pool=pool, address=NODE.address)
+    node = node_at(tmp_path, latest=2)
+    entry = journaled(node, version=2)
+    assert stale_reason(client, entry, window=2) is None  # type: ignore[arg-type]
+    try:
+        submit(client, entry, threading.Event(), Backoff(), window=2)  # type: ignore[arg-type]
+    except StaleBatch as refused:
+        assert "below 3 (latest 4" in str(refused)
+    else:
+        raise AssertionError("a batch that fell out of the window was sent")
