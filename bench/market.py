@@ -16,9 +16,8 @@ from typing import Any
 import redis
 
 from proofpool import db
-from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
-from proofpool.devnet.market import onboard_node
+from proofpool.devnet.market import NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node
 from proofpool.devnet.stack import DevnetStack, start_stack
 from proofpool.storage.seaweed import SeaweedProcess, start_seaweed
 
@@ -48,7 +47,7 @@ def bench_market(name: str, redis_db: int, *, dispatch: bool) -> Iterator[BenchM
             )
             try:
                 cast = stack.cast
-                onboard_node(stack.admin, cast.alice, cast.alice_node, 200 * TOKEN, compute_units=4)
+                onboard_node(stack.admin, cast.alice, cast.alice_node, PROVIDER_STAKE, NODE_COMPUTE_UNITS)
                 yield BenchMarket(root, stack, s3)
             finally:
                 stack.close()

@@ -26,12 +26,18 @@ from proofpool.chain.signing import sign_invite
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN, format_pool
 from proofpool.config import get_settings
-from proofpool.devnet.market import Cast, devnet_pool_params, onboard_node, open_market, time_travel
+from proofpool.devnet.market import (
+    NODE_COMPUTE_UNITS,
+    PROVIDER_STAKE,
+    Cast,
+    devnet_pool_params,
+    onboard_node,
+    open_market,
+    time_travel,
+)
 from proofpool.errors import ProofpoolError
 
 DISPUTE_WINDOW = 3600
-STAKE = 200 * TOKEN
-COMPUTE_UNITS = 4
 
 
 @dataclass(frozen=True)
@@ -57,8 +63,8 @@ def run_chain_loop(client: ChainClient, cast: Cast, say: Callable[[str], None]) 
     nodes = {}
     for provider, node in ((cast.alice, cast.alice_node), (cast.bob, cast.bob_node)):
         name = cast.names()[provider.address]
-        say(f"{name}: register, stake 200 POOL, add a node with {COMPUTE_UNITS} compute units, join the pool")
-        me = onboard_node(admin, provider, node, STAKE, COMPUTE_UNITS)
+        say(f"{name}: register, stake 200 POOL, add a node with {NODE_COMPUTE_UNITS} compute units, join the pool")
+        me = onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS)
         expiry = admin.w3.eth.get_block("latest")["timestamp"] + 600
         invite = sign_invite(cast.manager, pool_id, node.address, 1, expiry, me.chain_id, me.pool.address)
         me.pool.join_pool(invite)
@@ -110,7 +116,7 @@ def check_outcome(result: ChainLoopResult, cast: Cast) -> None:
         problems.append("bob's node was not ejected as slashed")
     if pool.get_member(result.pool_id, cast.alice_node.address).state is not MemberState.ACTIVE:
         problems.append("alice's node is no longer active")
-    if stake.active_stake(cast.bob.address) != STAKE - 50 * TOKEN:
+    if stake.active_stake(cast.bob.address) != PROVIDER_STAKE - 50 * TOKEN:
         problems.append("bob's stake was not slashed by 50 POOL")
     if problems:
         raise ProofpoolError("devnet chain loop ended wrong: " + "; ".join(problems))

@@ -20,6 +20,10 @@ from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 
 DEVNET_MODEL_URI = "devnet://tiny-llama/arithmetic-add-100"
+PROVIDER_STAKE = 200 * TOKEN
+"""What every devnet provider stakes (chain loop, full devnet, tests, benchmarks)."""
+NODE_COMPUTE_UNITS = 4
+"""Compute units each devnet node is registered with."""
 NODE_GAS_MONEY = 10**18
 """Wei a devnet provider sends its node for `submitWork` gas (1 ETH)."""
 

@@ -32,7 +32,7 @@ from proofpool.chain.deploy import grant_validator
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
-from proofpool.devnet.market import onboard_node, time_travel
+from proofpool.devnet.market import NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node, time_travel
 from proofpool.devnet.progress import Snapshot, live_table, read_snapshot, status_line
 from proofpool.devnet.report import Outcome, judge_market, provider_table, reward_curve, validator_table, write_json
 from proofpool.devnet.services import Service, ServiceFailed, stop_all
@@ -43,8 +43,6 @@ from proofpool.storage import rollout_key
 from proofpool.storage.s3 import ObjectStore
 from proofpool.storage.seaweed import start_seaweed
 
-PROVIDER_STAKE = 200 * TOKEN
-COMPUTE_UNITS = 4
 POOL_BUDGET = 5_000 * TOKEN
 """Enough for a long demo: about 3 POOL per accepted file (work units plus the validator's fee)."""
 FINALIZE_BATCH = 100
@@ -196,7 +194,7 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
     providers = cast.providers()
     run.cheater = providers[-1][0] if config.cheat else None
     for name, provider, node in providers:
-        onboard_node(admin, provider, node, PROVIDER_STAKE, COMPUTE_UNITS)
+        onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS)
         args = [
             *("worker", "run", "--pool", str(pool), "--state-dir", str(root / "workers" / name)),
             *("--idle-interval", "1"),
