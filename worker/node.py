@@ -321,14 +321,19 @@ class WorkerNode:
         self._unservable = None
         return beat
 
-    def finish(self, entry: JournalEntry) -> JournalEntry:
+    def finish(self, entry: JournalEntry, fresh: bool = False) -> JournalEntry:
         """Upload and submit a journaled batch; abandons it (keeping the file) if the chain refuses,
         or if its version fell out of the pool's window while it waited (a worker restarted after a
-        long outage): validators would reject it as stale and the node would be slashed."""
+        long outage): validators would reject it as stale and the node would be slashed.
+
+        A `fresh` batch (generated moments ago from the current assignment) skips the check before
+        the upload; `submit` still checks right before `submitWork`, which is the check that counts.
+        """
         window = None if self.cheater else self.config.async_window  # a stale-version cheater sends anyway
-        stale = None if window is None else self._chain(lambda: stale_reason(self.client, entry, window), "staleness")
-        if stale is not None:  # before the upload too: no point storing what will not be sent
-            return self._abandon(entry, stale)
+        if window is not None and not fresh:  # before the upload too: no point storing what will not be sent
+            stale = self._chain(lambda: stale_reason(self.client, entry, window), "staleness")
+            if stale is not None:
+                return self._abandon(entry, stale)
         data = self.journal.read_file(entry)
         if entry.state is BatchState.WRITTEN:
             key = upload(self.api, entry, data, self.stop, self.config.backoff, self._uploads)
@@ -407,7 +412,11 @@ class Submitter:
         self._thread.start()
 
     def put(self, entry: JournalEntry, generate_seconds: float | None) -> None:
-        """Queue `entry` (skipped if it is queued or being submitted already); blocks while the queue is full."""
+        """Queue `entry` (skipped if it is queued or being submitted already); blocks while the queue is full.
+
+        `generate_seconds` is None for a batch journaled earlier (a restart), which is checked for
+        staleness before its upload too (`WorkerNode.finish`).
+        """
         with self._lock:
             if entry.work_key in self._in_flight:
                 return
@@ -446,7 +455,7 @@ class Submitter:
                     return
                 continue
             try:
-                done = node.finish(entry)
+                done = node.finish(entry, fresh=seconds is not None)
             except Stopped:
                 return  # the file stays journaled: the next start submits it
             except BaseException as exc:  # noqa: BLE001 - handed to the worker loop, which raises it

@@ -32,6 +32,7 @@ log = logging.getLogger(__name__)
 _NONCE_ERRORS = ("nonce too low", "already known", "nonce has already been used", "invalid nonce")
 _UNDERPRICED = ("underpriced", "fee too low", "max fee per gas less than block base fee")
 _GAS_MARGIN = 1.2
+_FEE_KEYS = ("gasPrice", "maxFeePerGas", "maxPriorityFeePerGas")
 _MAX_ATTEMPTS = 6
 
 
@@ -108,7 +109,8 @@ class TxSender:
         try:
             if gas is None:
                 gas = int(fn.estimate_gas({"from": self.address, "value": value}) * _GAS_MARGIN)
-            built = fn.build_transaction({**tx, "gas": gas})
+            # with the fees given, web3 does not fetch them itself (two round trips saved)
+            built = fn.build_transaction({**tx, "gas": gas, **self._fees(1.0)})
         except Exception as exc:
             revert = revert_from_exception(exc)
             if revert is None:
@@ -154,12 +156,16 @@ class TxSender:
         return {"maxPriorityFeePerGas": tip, "maxFeePerGas": int((2 * base + tip) * bump)}
 
     def _send_built(self, built: dict[str, Any]) -> TxReceipt:
-        built = {k: v for k, v in built.items() if k not in ("gasPrice", "maxFeePerGas", "maxPriorityFeePerGas")}
+        """Sign and send with a fresh nonce; the first try keeps the fees `built` carries (if any),
+        a retry after "underpriced" bumps them."""
+        fees = {k: built[k] for k in _FEE_KEYS if k in built}
+        built = {k: v for k, v in built.items() if k not in _FEE_KEYS}
         bump = 1.0
         for attempt in range(_MAX_ATTEMPTS):
             with self._lane.thread_lock, self._lane.file_lock:
                 nonce = self.w3.eth.get_transaction_count(self.address, "pending")
-                signed = self.account.sign_transaction({**built, **self._fees(bump), "nonce": nonce})
+                fees = fees or self._fees(bump)
+                signed = self.account.sign_transaction({**built, **fees, "nonce": nonce})
                 try:
                     tx_hash = self.w3.eth.send_raw_transaction(signed.raw_transaction)
                 except Web3RPCError as exc:
@@ -169,6 +175,7 @@ class TxSender:
                         continue
                     if any(s in message for s in _UNDERPRICED):
                         bump *= 1.25
+                        fees = {}
                         continue
                     revert = revert_from_exception(exc)
                     if revert is not None:
