@@ -11,8 +11,10 @@
    get every check except the recomputation.
 4. Fetch the file. Missing: retried (transient) until half the dispute window or the grace has
    passed since submission, then judged `missing`, so the verdict lands before the window closes.
-5. Run the checks (`validator.checks.run_checks`) and record the decision. Sending it on-chain
-   is the verdict sender's job (`validator.verdicts`).
+5. Run the checks (`validator.checks.run_checks`) and record the decision. An accepted file
+   claims its assigned batch in the same transaction; a second file of one batch is
+   `duplicate_batch` (`first_of_its_batch`). Sending it on-chain is the verdict sender's job
+   (`validator.verdicts`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
+
+from psycopg import Connection
 
 from proofpool.errors import ProofpoolError
 from proofpool.storage import rollout_key
@@ -87,6 +91,7 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
     selected = is_selected(res, sub)
     verdict = judge(res, sub, selected, max_tokens)
     with res.connection() as conn:
+        verdict = first_of_its_batch(conn, sub, verdict)
         store.record_decision(
             conn,
             pool_id,
@@ -104,6 +109,20 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
         extra={**context, "node": sub.node, "seconds": round(seconds, 3), "recomputed": selected},
     )
     return Result(Outcome.DECIDED, verdict, seconds, selected)
+
+
+def first_of_its_batch(conn: Connection, sub: IndexedSubmission, verdict: Verdict) -> Verdict:
+    """An accepted file claims its assigned batch (`store.claim_batch`); a second file of the same
+    batch, the same rows in other bytes, is invalidated as `duplicate_batch` instead."""
+    batch = verdict.evidence.get("batch") if verdict.accepted else None
+    if batch is None:
+        return verdict
+    owner = store.claim_batch(conn, sub.pool_id, sub.node, sub.model_version, int(batch), sub.work_key)
+    if owner == sub.work_key:
+        return verdict
+    return reject(
+        "duplicate_batch", verdict.rows, batch=batch, model_version=sub.model_version, first_work_key=owner.hex()
+    )
 
 
 def judge(res: Resources, sub: IndexedSubmission, selected: bool, max_tokens: int) -> Verdict:

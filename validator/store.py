@@ -1,4 +1,5 @@
-"""The verdict store: the `validations` table (revision 0004) between validation tasks and the chain.
+"""The verdict store: the `validations` table (revision 0004) between validation tasks and the chain,
+and `batch_claims` (revision 0005): which file an assigned batch was accepted for.
 
 A validation task claims a submission (`claim`), runs the checks and records its verdict
 (`record_decision`); the validator's one flusher (`validator.verdicts.flush_verdicts`) asks
@@ -192,6 +193,35 @@ def claim(conn: Connection, pool_id: int, work_key: bytes, validator: str, *, le
             # Not ours to (re)claim: show our own decided row, or nothing if the row is someone else's.
             row = cur.execute(SELECT_OWN, params).fetchone()
     return row
+
+
+CLAIM_BATCH = """
+    INSERT INTO batch_claims (pool_id, node, model_version, batch, work_key)
+    VALUES (%(pool_id)s, %(node)s, %(version)s, %(batch)s, %(work_key)s)
+    ON CONFLICT DO NOTHING"""
+SELECT_BATCH_OWNER = """
+    SELECT work_key FROM batch_claims
+    WHERE pool_id = %(pool_id)s AND node = %(node)s AND model_version = %(version)s AND batch = %(batch)s"""
+
+
+def claim_batch(conn: Connection, pool_id: int, node: str, version: int, batch: int, work_key: bytes) -> bytes:
+    """Claim an assigned batch for the file `work_key`; returns the key that holds it (this one, or
+    the file that claimed it first: then `work_key` is a second file for one batch).
+
+    Called in the transaction that records an accepted verdict: if it rolls back, so does the claim.
+    A concurrent claim of the same batch waits for the other transaction and then sees its row.
+    """
+    params = {
+        "pool_id": pool_id,
+        "node": to_checksum_address(node),
+        "version": version,
+        "batch": batch,
+        "work_key": work_key,
+    }
+    conn.execute(CLAIM_BATCH, params)
+    row = conn.execute(SELECT_BATCH_OWNER, params).fetchone()
+    assert row is not None  # inserted above, or already there
+    return bytes(row[0])
 
 
 def claimed_elsewhere(conn: Connection, pool_id: int, work_key: bytes) -> float | None:

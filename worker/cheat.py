@@ -15,13 +15,16 @@ hooks, all here, that change how its rollout files are made and nothing else:
   the file, keeping the original proofs; caught by TOPLOC or the sampling check
   (`sampling_mismatch`, ...: the first failing row decides).
 - `stale-version`: never leaves checkpoint 0 and says so in the file and on-chain; caught by the
-  version window (`stale_model_version`) once the pool's latest version exceeds the async window.
-- `replay`: submits its first honest batch again for later assignments, rows rotated by one group;
-  caught by the sampling check (`sampling_mismatch`), which replays row i with sample index i.
+  version window (`stale_model_version`) once the pool's latest version exceeds the async window,
+  and before that by the assignment check (`seed_not_assigned`).
+- `replay`: submits its first honest batch again for later assignments: the same rows in other
+  bytes (other Parquet row groups), so another work key, and every per-file check passes; caught
+  because its batch was accepted once already (`duplicate_batch`, `validator.checks.assignment`).
+  Which of the two files is judged first decides which one is invalidated.
 
 Everything a cheater does is announced on the console and logged as a warning with the mode
 (`CHEATING (other-model)`): a drill must never be mistaken for a faulty honest node. The pure
-file transforms (`edit_to_correct_answers`, `rotate_groups`, `restamp_version`) are separate
+file transforms (`edit_to_correct_answers`, `reencode`, `restamp_version`) are separate
 from the hooks so they can be tested without vLLM.
 """
 
@@ -29,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import io
 import logging
 from collections.abc import Callable, Sequence
 from enum import StrEnum
@@ -67,12 +71,13 @@ EXPECTED_REASONS: Final[dict[CheatMode, frozenset[str]]] = {
     CheatMode.EDIT_TOKENS: frozenset(
         {"toploc_exp_mismatch", "toploc_mantissa", "sampling_mismatch", "eos_mismatch", "proof_count_mismatch"}
     ),
-    CheatMode.STALE_VERSION: frozenset({"stale_model_version"}),
-    CheatMode.REPLAY: frozenset({"sampling_mismatch", "eos_mismatch"}),
+    CheatMode.STALE_VERSION: frozenset({"stale_model_version", "seed_not_assigned"}),
+    CheatMode.REPLAY: frozenset({"duplicate_batch"}),
 }
 """The verdict reasons validators are expected to give each cheat (the first failing row decides
-between TOPLOC and the sampling check). `stale-version` files are accepted while version 0 is
-still inside the pool's async window."""
+between TOPLOC and the sampling check). A `stale-version` file is `stale_model_version` once version
+0 is out of the pool's async window and, inside it, `seed_not_assigned`: its rows carry the seed of
+the batch it was assigned under the newer version."""
 
 
 def banner(mode: CheatMode) -> str:
@@ -124,35 +129,22 @@ def edit_to_correct_answers(rows: Sequence[RolloutSample], max_tokens: int) -> t
     return rescore(edited), changed
 
 
-def group_length(rows: Sequence[RolloutSample]) -> int:
-    """Rows of the file's first group (groups are contiguous runs of one `group_id`)."""
-    if not rows:
-        return 0
-    first = rows[0].group_id
-    return next((i for i, r in enumerate(rows) if r.group_id != first), len(rows))
+def reencode(meta: RolloutFileMeta, rows: Sequence[RolloutSample], replay: int) -> RolloutFile:
+    """The `replay` cheat's file: `rows` unchanged, written in row groups of len(rows) - `replay` rows.
 
-
-def rotate_groups(rows: Sequence[RolloutSample], groups: int = 1) -> list[RolloutSample]:
-    """The `replay` cheat's file: `rows` rotated forward by `groups` whole groups, group ids renumbered
-    0, 1, ... in row order, rewards and advantages recomputed.
-
-    Each group keeps its rows, prompts, tokens and proofs, so the file passes every check that looks
-    at rows one by one (schema, bounds, TOPLOC, rewards, advantages); but row i now holds a sample
-    drawn with another sample index, which is what the sampling check replays. The bytes, and so the
-    work key, differ from the original's (an exact replay would be refused by `submitWork` itself).
+    The rows (prompts, tokens, proofs, seeds) are the original's, so the file passes every check that
+    looks at the rows; only the bytes, and so the work key, differ (an exact repeat would be refused
+    by `submitWork` itself). Replay k has its own row-group layout, so no two replays share bytes.
     """
-    size = group_length(rows)
-    if size == 0 or size == len(rows):
-        raise ValueError("rotating needs a file of at least two groups")
-    shift = (groups * size) % len(rows)
-    rotated = list(rows[shift:]) + list(rows[:shift])
-    renumbered: list[RolloutSample] = []
-    group, previous = -1, None
-    for row in rotated:
-        if row.group_id != previous:
-            group, previous = group + 1, row.group_id
-        renumbered.append(dataclasses.replace(row, group_id=group))
-    return rescore(renumbered)
+    import pyarrow.parquet as pq
+
+    from proofpool.rollout.io import rollouts_table
+
+    if not 1 <= replay < len(rows):
+        raise ValueError(f"replay {replay} of a {len(rows)}-row file: needs 1 <= replay < rows")
+    buffer = io.BytesIO()
+    pq.write_table(rollouts_table(meta, rows), buffer, row_group_size=len(rows) - replay, use_dictionary=False)
+    return _file(buffer.getvalue(), rows)
 
 
 def restamp_version(rows: Sequence[RolloutSample], version: int = STALE_VERSION) -> list[RolloutSample]:
@@ -168,9 +160,14 @@ def claimed_version(mode: CheatMode | None, assigned: int) -> int:
 def to_file(meta: RolloutFileMeta, rows: Sequence[RolloutSample]) -> RolloutFile:
     """Serialize rows the way `worker.rollout.generate_rollout_file` does."""
     from proofpool.rollout import rollouts_bytes
+
+    return _file(rollouts_bytes(meta, rows), rows)
+
+
+def _file(data: bytes, rows: Sequence[RolloutSample]) -> RolloutFile:
+    """`data` with its hash, work units and row count, as the worker journals a file."""
     from worker.rollout import RolloutFile, work_units
 
-    data = rollouts_bytes(meta, rows)
     return RolloutFile(data, hashlib.sha256(data).digest(), work_units(rows), len(rows))
 
 
@@ -220,11 +217,9 @@ class Cheater:
             return generate()  # the model was swapped already: the file itself is "honest"
         if self.mode is CheatMode.REPLAY and self._first_rows is not None:
             self._replays += 1
-            groups = len({r.group_id for r in self._first_rows})
-            shift = (self._replays - 1) % max(groups - 1, 1) + 1  # never 0 (mod groups): that is the original
-            rows = rotate_groups(self._first_rows, shift)
-            self.announce(f"batch {a.batch}: replaying the first batch's rows, rotated by {shift} group(s)", **context)
-            return to_file(meta, rows)
+            replay = (self._replays - 1) % (len(self._first_rows) - 1) + 1  # 1 .. rows - 1, then again
+            self.announce(f"batch {a.batch}: replaying the first batch's rows in other bytes", **context)
+            return reencode(meta, self._first_rows, replay)
         from proofpool.rollout import read_rollouts
 
         honest = generate()

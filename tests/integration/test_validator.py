@@ -1,6 +1,7 @@
 """`proofpool validator run` as real Celery worker processes against the real market: anvil,
 PostgreSQL, Redis (broker), SeaweedFS, the indexer dispatching one task per submission, and
-the backend. A worker (vLLM) makes one honest file; the tests derive every other file from it.
+the backend. A worker (vLLM) makes one honest file; every other file is a fresh node's own batch,
+made with PyTorch (`tests/fixtures/pytorch_rows.py`), changed as each test needs.
 
 Every bad file is submitted by its own fresh provider and node (an invalid verdict slashes the
 provider and ejects the node for good), and every verdict is read back from the chain.
@@ -17,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
+from typing import Any
 
 import httpx
 import psutil
@@ -37,11 +39,15 @@ from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
 from proofpool.devnet.market import onboard_node
 from proofpool.devnet.services import Service, wait_until
+from proofpool.model.build import load_model
+from proofpool.model.cache import ensure_devnet_model
 from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.rollout.io import rollouts_table
 from proofpool.storage import ObjectStore, rollout_key
 from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
+from tests.fixtures.pytorch_rows import assigned_rows
+from worker.cheat import reencode
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -81,6 +87,8 @@ class Bench:
     honest_version: int
     first_key: bytes
     """The worker's own (honest) submission."""
+    model: Any
+    """The devnet model in bf16, to make honest files of fresh nodes (`rows_for`)."""
 
     @property
     def client(self) -> ChainClient:
@@ -119,15 +127,27 @@ class Bench:
         )
         return key
 
-    def submit_rows(self, rows: list[RolloutSample], version: int | None = None) -> bytes:
-        """Submit `rows` as the file of a fresh node (its metadata names that node)."""
+    def rows_for(self, node: str, batch: int = 0) -> list[RolloutSample]:
+        """Honest rows of `node`'s batch `batch` (its own seed and problems, made with PyTorch):
+        validators refuse rows of another node's batch."""
+        return assigned_rows(self.model, self.market.pool_id, node, self.honest_version, batch)
+
+    def submit_rows(
+        self, change: Callable[[list[RolloutSample]], list[RolloutSample]] = list, version: int | None = None
+    ) -> bytes:
+        """Submit a fresh node's honest rows of its batch 0, passed through `change`, as its file."""
         node, as_node = self.new_node()
-        data = rollouts_bytes(RolloutFileMeta(self.market.pool_id, node.address), rows)
-        key = hashlib.sha256(data).digest()
-        self.store.put_object(rollout_key(self.market.pool_id, node.address, key.hex()), data)
+        rows = change(self.rows_for(node.address))
+        key = self.upload(node.address, rollouts_bytes(RolloutFileMeta(self.market.pool_id, node.address), rows))
         units = sum(len(r.completion_tokens) for r in rows)
         version = self.honest_version if version is None else version
         as_node.pool.submit_work(self.market.pool_id, node.address, key, units, version)
+        return key
+
+    def upload(self, node: str, data: bytes) -> bytes:
+        """Put `data` where validators look for a file of `node`; returns its work key."""
+        key = hashlib.sha256(data).digest()
+        self.store.put_object(rollout_key(self.market.pool_id, node, key.hex()), data)
         return key
 
     def verdict(self, key: bytes, timeout: float = VERDICT_TIMEOUT) -> tuple[str, str | None]:
@@ -186,7 +206,8 @@ def bench(
     assert len(submitted) == 1
     key = submitted[0].args["workKey"]
     _, rows = read_rollouts(store.get_object(rollout_key(market.pool_id, market.node, key.hex())))
-    yield Bench(market, validator, store, rows, submitted[0].args["modelVersion"], key)
+    model = load_model(ensure_devnet_model(progress=None), "bf16")
+    yield Bench(market, validator, store, rows, submitted[0].args["modelVersion"], key, model)
 
 
 def test_an_honest_workers_file_is_attested(bench: Bench) -> None:
@@ -219,15 +240,16 @@ BAD_FILES: list[tuple[str, Callable[[Bench], bytes], str]] = [
                         ),
      "extra_column"),
     ("token ids out of range",
-     lambda b: b.submit_rows([replace(r, completion_tokens=(60_000,) * len(r.completion_tokens))
-                              for r in b.honest_rows]),
+     lambda b: b.submit_rows(lambda rows: [replace(r, completion_tokens=(60_000,) * len(r.completion_tokens))
+                                           for r in rows]),
      "token_out_of_range"),
     ("huge file", lambda b: b.submit(os.urandom(2 * SMALL_UPLOAD_CAP)), "file_too_large"),
-    ("hostile proofs", lambda b: b.submit_rows([replace(r, proofs=r.proofs[:7]) for r in b.honest_rows]),
+    ("hostile proofs", lambda b: b.submit_rows(lambda rows: [replace(r, proofs=r.proofs[:7]) for r in rows]),
      "proof_malformed"),
     ("model version outside the async window",
-     lambda b: b.submit_rows([replace(r, model_version=9) for r in b.honest_rows], version=9),
+     lambda b: b.submit_rows(lambda rows: [replace(r, model_version=9) for r in rows], version=9),
      "unknown_model_version"),
+    ("rows of another node's batch", lambda b: b.submit_rows(lambda _: b.honest_rows), "seed_not_assigned"),
 ]  # fmt: skip
 
 
@@ -242,12 +264,29 @@ def test_bad_submission_gets_a_verdict_with_its_reason_and_the_validator_keeps_r
 
 
 def test_an_honest_file_of_another_node_is_accepted_by_the_same_validator(bench: Bench) -> None:
-    key = bench.submit_rows(bench.honest_rows)
+    key = bench.submit_rows()
     assert bench.verdict(key) == ("accepted", None)
 
 
+def test_one_batch_in_two_files_is_paid_once(bench: Bench) -> None:
+    """The same rows re-encoded (another work key) pass every per-file check; the batch is claimed
+    by whichever file is accepted first and the other is `duplicate_batch`."""
+    node, as_node = bench.new_node()
+    rows = bench.rows_for(node.address)
+    meta = RolloutFileMeta(bench.market.pool_id, node.address)
+    files = [rollouts_bytes(meta, rows), reencode(meta, rows, 1).data]
+    units = sum(len(r.completion_tokens) for r in rows)
+    keys = []
+    for data in files:
+        keys.append(bench.upload(node.address, data))
+        as_node.pool.submit_work(bench.market.pool_id, node.address, keys[-1], units, bench.honest_version)
+    verdicts = sorted((bench.verdict(k) for k in keys), key=str)
+    assert verdicts == [("accepted", None), ("invalid", "duplicate_batch")]
+    assert [verdicts_on(bench.market, k) for k in keys] == [1, 1]
+
+
 def test_sigkill_mid_task_redelivers_and_exactly_one_verdict_lands(bench: Bench, seaweed: SeaweedProcess) -> None:
-    key = bench.submit_rows(bench.honest_rows)
+    key = bench.submit_rows()
     os.kill(seaweed.pid, signal.SIGSTOP)  # the task hangs in its download: killed mid-task
     try:
 
@@ -270,7 +309,7 @@ def test_sigkill_mid_task_redelivers_and_exactly_one_verdict_lands(bench: Bench,
 def test_two_validators_never_both_judge_a_submission(bench: Bench) -> None:
     second = spawn_validator(bench.market, SECOND_VALIDATOR, "validator-second")
     try:
-        keys = [bench.submit_rows(bench.honest_rows) for _ in range(6)]  # type: ignore[attr-defined]
+        keys = [bench.submit_rows() for _ in range(6)]
         assert [bench.verdict(k)[0] for k in keys] == ["accepted"] * 6
         time.sleep(2)
         assert [verdicts_on(bench.market, k) for k in keys] == [1] * 6
@@ -288,7 +327,7 @@ def test_status_shows_verdicts_earnings_and_queues_and_metrics_are_served(bench:
     port = free_port()
     second = spawn_validator(bench.market, SECOND_VALIDATOR, "validator-metrics", metrics_port=port)
     try:
-        key = bench.submit_rows(bench.honest_rows)
+        key = bench.submit_rows()
         bench.verdict(key)
         reply = subprocess.run(
             [sys.executable, "-m", "proofpool.cli.main", "validator", "status",
@@ -298,9 +337,10 @@ def test_status_shows_verdicts_earnings_and_queues_and_metrics_are_served(bench:
         assert reply.returncode == 0, reply.stderr
         status = json.loads(reply.stdout)
         assert status["has_validator_role"] is True
-        assert status["verdicts_sent"]["invalid"] == len(BAD_FILES)
+        invalid = len(BAD_FILES) + 1  # and the duplicate batch
+        assert status["verdicts_sent"]["invalid"] == invalid
         assert status["verdicts_sent"]["accepted"] >= 3
-        assert status["slashes_reported"] == len(BAD_FILES)
+        assert status["slashes_reported"] == invalid
         assert int(status["slash_shares_earned"]) > 0
         assert set(status["queue_depth"]) == {"validate", "verdicts"}
 

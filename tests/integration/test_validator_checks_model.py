@@ -1,10 +1,7 @@
 """The validator's checks with the model: an honest file is accepted, each cheat is rejected with its reason.
 
 No vLLM: honest rows are made as the worker makes them, with plain PyTorch in bf16 (the engine's
-dtype). Completions are drawn by the seeded Gumbel-max sampler (row i with sample index i), the
-final-norm states that produced each token are taken from a prefill (`proofpool.inference.prefill`,
-the rows the engine's capture hook keeps), and `to_rollout_samples` adds proofs, rewards and
-advantages. Validators recompute in bf16 or fp32 through `run_checks`.
+dtype; `tests/fixtures/pytorch_rows.py`). Validators recompute in bf16 or fp32 through `run_checks`.
 """
 
 from __future__ import annotations
@@ -18,20 +15,19 @@ from typing import Any
 import pytest
 import torch
 
+from proofpool.assignment import sampling_seed, task_ids
 from proofpool.inference.check import spot_check_rows
-from proofpool.inference.prefill import prefill_batch
-from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
 from proofpool.model.build import ModelSpec, create_model, load_model
 from proofpool.model.cache import ensure_devnet_model
-from proofpool.model.tokenizer import EOS_ID, VOCAB
+from proofpool.model.tokenizer import VOCAB
 from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
-from proofpool.sampling import sample_tokens
-from proofpool.tasks.arithmetic import generate_problems
+from proofpool.tasks.arithmetic import problem_from_id
+from tests.fixtures.pytorch_rows import proven_rows, sample_completions
 from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 
 pytestmark = [pytest.mark.slow]
 
-SEED = 0x5EED_2025
+BATCH = 2
 TEMPERATURE = 1.0
 MAX_TOKENS = 8
 GROUP_SIZE = 4
@@ -39,7 +35,10 @@ N_PROBLEMS = 8
 N_ROWS = GROUP_SIZE * N_PROBLEMS
 VERSION = 5
 NODE = "0x" + "42" * 20
-META = RolloutFileMeta(pool_id=3, node=NODE)
+POOL_ID = 3
+META = RolloutFileMeta(pool_id=POOL_ID, node=NODE)
+SEED = sampling_seed(POOL_ID, NODE, VERSION, BATCH)
+"""The files answer the node's batch 2 (its seed and problems), as validators require."""
 RULES = PoolRules(latest_version=VERSION + 1, max_completion_tokens=MAX_TOKENS)
 PLUS_ID = VOCAB.index("+")
 """A token the warmed model never writes in an answer: an edit to it trails the sampled token by far."""
@@ -47,37 +46,17 @@ TOPLOC_OR_SAMPLING = {"toploc_exp_mismatch", "toploc_mantissa", "sampling_mismat
 
 
 def generate(model: Any, prompts: Sequence[Sequence[int]]) -> list[list[int]]:
-    """What the worker's engine samples: seeded Gumbel-max, row i with sample index i, until EOS.
-
-    One right-padded forward per position for all unfinished rows (padding after a sequence cannot
-    change its logits under the causal mask)."""
-    out: list[list[int]] = [[] for _ in prompts]
-    with torch.inference_mode():
-        for position in range(MAX_TOKENS):
-            live = [i for i, tokens in enumerate(out) if not tokens or tokens[-1] != EOS_ID]
-            if not live:
-                break
-            sequences = [[*prompts[i], *out[i]] for i in live]
-            batch = torch.zeros((len(live), max(map(len, sequences))), dtype=torch.long)
-            for row, sequence in enumerate(sequences):
-                batch[row, : len(sequence)] = torch.tensor(sequence)
-            logits = model(input_ids=batch).logits.float()
-            for row, (i, sequence) in enumerate(zip(live, sequences, strict=True)):
-                last = logits[row, len(sequence) - 1 : len(sequence)]
-                out[i].append(int(sample_tokens(last, TEMPERATURE, SEED, i, torch.tensor([position]))[0]))
-    return out
+    """What the worker's engine samples for `prompts` with this module's seed (`sample_completions`)."""
+    return sample_completions(model, prompts, SEED, TEMPERATURE, MAX_TOKENS)
 
 
 def build_rows(
     model: Any, prompts: Sequence[Sequence[int]], completions: Sequence[Sequence[int]], ids: Sequence[str]
 ) -> list[RolloutSample]:
     """Rows as the worker writes them, with `model`'s own final-norm states proving the tokens."""
-    states = prefill_batch(model, list(zip(prompts, completions, strict=True)))
-    completed = [
-        CompletedSample(pid, i // GROUP_SIZE, p, c, r.hidden_states)
-        for i, (pid, p, c, r) in enumerate(zip(ids, prompts, completions, states, strict=True))
-    ]
-    return to_rollout_samples(completed, sampling_seed=SEED, temperature=TEMPERATURE, model_version=VERSION)
+    return proven_rows(
+        model, prompts, completions, ids, seed=SEED, temperature=TEMPERATURE, version=VERSION, group_size=GROUP_SIZE
+    )
 
 
 @dataclasses.dataclass
@@ -102,7 +81,7 @@ class World:
 def world() -> World:
     path = ensure_devnet_model(progress=None)
     worker_model = load_model(path, "bf16")
-    problems = generate_problems(17, N_PROBLEMS)
+    problems = [problem_from_id(t) for t in task_ids(POOL_ID, NODE, VERSION, BATCH, N_PROBLEMS)]
     prompts = [p.prompt_tokens() for p in problems for _ in range(GROUP_SIZE)]
     ids = [p.problem_id for p in problems for _ in range(GROUP_SIZE)]
     honest = build_rows(worker_model, prompts, generate(worker_model, prompts), ids)

@@ -34,7 +34,7 @@ def conn(url: str) -> Iterator[psycopg.Connection]:
     """An autocommit connection to an empty `validations` table (each statement stands alone, as
     in a task that claims in one transaction and decides in another)."""
     with psycopg.connect(url, autocommit=True) as connection:
-        connection.execute("TRUNCATE validations")
+        connection.execute("TRUNCATE validations, batch_claims")
         yield connection
 
 
@@ -171,6 +171,43 @@ def test_concurrent_claims_of_one_key_have_one_winner(url):
     assert len(results) == 2 and len(winners) == 1
     with psycopg.connect(url) as conn:
         assert row(conn, key(7, "race"))["validator"] == winners[0]
+
+
+NODE = Account.from_key(ANVIL_KEYS[5]).address
+
+
+def test_a_batch_belongs_to_the_first_file_that_claims_it(conn):
+    first, second = key(1, "batch"), key(2, "batch")
+    assert store.claim_batch(conn, POOL, NODE, 3, 9, first) == first
+    assert store.claim_batch(conn, POOL, NODE, 3, 9, first) == first  # a redelivered task: still its own
+    assert store.claim_batch(conn, POOL, NODE.lower(), 3, 9, second) == first  # same node in any hex case
+    # another batch, version, node or pool is another claim
+    for pool_id, node, version, batch in (
+        (POOL, NODE, 3, 10),
+        (POOL, NODE, 4, 9),
+        (POOL, A, 3, 9),
+        (OTHER_POOL, NODE, 3, 9),
+    ):
+        assert store.claim_batch(conn, pool_id, node, version, batch, second) == second
+
+
+def test_concurrent_claims_of_one_batch_have_one_owner(url):
+    barrier = threading.Barrier(2)
+    owners: dict[bytes, bytes] = {}
+
+    def claim_for(work_key: bytes) -> None:
+        with psycopg.connect(url) as conn:
+            barrier.wait()
+            owners[work_key] = store.claim_batch(conn, POOL, NODE, 1, 1, work_key)
+            conn.commit()
+
+    files = [key(i, "batch-race") for i in (1, 2)]
+    threads = [threading.Thread(target=claim_for, args=(k,)) for k in files]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(owners) == 2 and len(set(owners.values())) == 1 and owners[files[0]] in files
 
 
 def test_claim_refuses_a_non_positive_lease(conn):
@@ -365,3 +402,25 @@ def test_one_flusher_lock_per_validator(url):
         assert store.try_lock_flusher(second, B) is True  # another key, another flusher
         store.unlock_flusher(first, A)
         assert store.try_lock_flusher(second, A) is True
+
+
+def test_a_second_accepted_file_of_one_batch_is_invalidated_as_duplicate(conn):
+    from datetime import UTC
+
+    from validator.checks import Verdict
+    from validator.pipeline import first_of_its_batch
+    from validator.submissions import IndexedSubmission
+
+    def submission(work_key: bytes) -> IndexedSubmission:
+        return IndexedSubmission(POOL, work_key, NODE, NODE, 20, 2, "pending", datetime.now(UTC), 1)
+
+    accepted = Verdict(accepted=True, reason=None, evidence={"batch": 4, "work_units": 20}, rows=8)
+    original, replay = submission(key(1, "dup")), submission(key(2, "dup"))
+    assert first_of_its_batch(conn, original, accepted) is accepted
+    assert first_of_its_batch(conn, original, accepted) is accepted  # redelivered
+    duplicate = first_of_its_batch(conn, replay, accepted)
+    assert (duplicate.accepted, duplicate.reason, duplicate.rows) == (False, "duplicate_batch", 8)
+    assert duplicate.evidence == {"batch": 4, "model_version": 2, "first_work_key": original.work_key.hex()}
+    rejected = Verdict(accepted=False, reason="toploc_mantissa", evidence={"batch": 5}, rows=8)
+    assert first_of_its_batch(conn, replay, rejected) is rejected  # only accepted files claim a batch
+    assert store.claim_batch(conn, POOL, NODE, 2, 5, replay.work_key) == replay.work_key

@@ -21,13 +21,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from proofpool.assignment import sampling_seed, task_ids
 from proofpool.model.tokenizer import EOS_ID, VOCAB_SIZE, encode_text
 from proofpool.rl.advantages import group_advantages
 from proofpool.rollout import ROLLOUT_SCHEMA, RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.rollout.io import rollouts_table
 from proofpool.rollout.schema import META_SCHEMA_VERSION
-from proofpool.tasks.arithmetic import Problem, reward
+from proofpool.tasks.arithmetic import Problem, problem_from_id, reward
 from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
+from validator.checks.assignment import BatchIndex
 from validator.checks.verdict import json_safe
 
 NODE = "0x" + "ab" * 20
@@ -35,7 +37,14 @@ POOL_ID = 7
 VERSION = 3
 META = RolloutFileMeta(pool_id=POOL_ID, node=NODE)
 RULES = PoolRules(latest_version=VERSION)
-PROBLEMS = (Problem(12, 30), Problem(5, 7), Problem(99, 99))
+BATCH = 5
+PROBLEMS = tuple(problem_from_id(task) for task in task_ids(POOL_ID, NODE, VERSION, BATCH, 3))
+"""The problems of the node's batch 5: honest files answer an assignment (`check_assignment`)."""
+SEED = sampling_seed(POOL_ID, NODE, VERSION, BATCH)
+OTHER_NODE = "0x" + "cd" * 20
+NO_ASSIGNMENT = {"check_assignment": False}
+"""For the scoring checks' own reasons: with the assignment checked, an id or group outside the
+batch is `problem_not_assigned` before scoring runs."""
 GROUP_SIZE = 4
 
 
@@ -60,7 +69,7 @@ def honest_samples() -> list[RolloutSample]:
             completion_tokens=c,
             reward=r,
             advantage=a,
-            sampling_seed=42,
+            sampling_seed=SEED,
             temperature=1.0,
             model_version=VERSION,
             proofs=bytes(258),
@@ -122,6 +131,7 @@ def test_honest_file_passes_the_cheap_checks_without_a_model() -> None:
     assert (verdict.rows, verdict.checked_rows, verdict.checked_tokens) == (N_ROWS, 0, 0)
     assert verdict.evidence["recomputed"] is False
     assert verdict.evidence["work_units"] == submission(data).work_units
+    assert verdict.evidence["batch"] == BATCH  # the pipeline claims it (one accepted file per batch)
     # A node address differing only in hex case is the same node.
     assert cheap(data, submission(data, node=NODE.upper().replace("0X", "0x"))).accepted
     # model=None is fine when nothing is recomputed
@@ -269,7 +279,7 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
         "problem id out of the task",
         tamper(edit_row(0, problem_id="add-100-1")),
         {},
-        {},
+        NO_ASSIGNMENT,
         "bad_problem_id",
         {"row": 0, "problem_id": "add-100-1"},
     ),
@@ -277,7 +287,7 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
         "problem id of a huge string",
         tamper(edit_row(0, problem_id="\u00e9" * 10_000)),
         {},
-        {},
+        NO_ASSIGNMENT,
         "bad_problem_id",
         {"row": 0},
     ),
@@ -291,7 +301,52 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
         {"row": 0, "claimed": 1.0, "expected": 0.0},
     ),
     ("reward NaN", tamper(edit_row(1, reward=float("nan"))), {}, {}, "reward_mismatch", {"row": 1, "claimed": None}),
-    ("group spans two problems", tamper(_mixed_group), {}, {}, "group_mismatch", {"row": GROUP_SIZE, "group_id": 0}),
+    (
+        "group spans two problems",
+        tamper(_mixed_group),
+        {},
+        NO_ASSIGNMENT,
+        "group_mismatch",
+        {"row": GROUP_SIZE, "group_id": 0},
+    ),
+    (
+        "problem the batch does not have",
+        tamper(edit_row(0, problem_id="add-100-1")),
+        {},
+        {},
+        "problem_not_assigned",
+        {"row": 0, "batch": BATCH, "group": 0, "problem_id": "add-100-1", "assigned": PROBLEMS[0].problem_id},
+    ),
+    ("group holding another problem", tamper(_mixed_group), {}, {}, "problem_not_assigned", {"row": GROUP_SIZE}),
+    (
+        "groups numbered from 1",
+        tamper(lambda rows: [dataclasses.replace(s, group_id=s.group_id + 1) for s in rows]),
+        {},
+        {},
+        "problem_not_assigned",
+        {"batch": BATCH},
+    ),
+    ("two seeds in one file", tamper(edit_row(5, sampling_seed=SEED ^ 1)), {}, {}, "seed_mismatch", {"row": 5}),
+    (
+        "seed of no batch of this node",
+        tamper(lambda rows: [dataclasses.replace(s, sampling_seed=42) for s in rows]),
+        {},
+        {},
+        "seed_not_assigned",
+        {"seed": "42", "model_version": VERSION},
+    ),
+    (
+        "batch of another node",
+        tamper(
+            lambda rows: [
+                dataclasses.replace(s, sampling_seed=sampling_seed(POOL_ID, OTHER_NODE, VERSION, 0)) for s in rows
+            ]
+        ),
+        {},
+        {},
+        "seed_not_assigned",
+        {},
+    ),
     (
         "advantage inflated",
         tamper(edit_row(2, advantage=0.9)),
@@ -438,3 +493,16 @@ def test_json_safe_replaces_non_finite_floats() -> None:
 def test_invalid_pool_rules_are_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         PoolRules(latest_version=0, **changes)
+
+
+def test_batch_index_finds_batches_and_remembers_them_only_when_found() -> None:
+    index = BatchIndex(limit=50, keys=2)
+    seed_7 = sampling_seed(POOL_ID, NODE, VERSION, 7)
+    assert index.find(POOL_ID, NODE, VERSION, seed_7) == 7
+    assert index.find(POOL_ID, NODE.upper().replace("0X", "0x"), VERSION, seed_7) == 7  # hex case
+    assert index.find(POOL_ID, NODE, VERSION, sampling_seed(POOL_ID, NODE, VERSION, 3)) == 3  # from memory
+    assert index.find(POOL_ID, NODE, VERSION, sampling_seed(POOL_ID, NODE, VERSION, 30)) == 30  # extends
+    assert index.find(POOL_ID, NODE, VERSION, sampling_seed(POOL_ID, NODE, VERSION, 50)) is None  # past the limit
+    assert index.find(POOL_ID, NODE, VERSION + 1, seed_7) is None  # seeds are per version
+    assert index.find(POOL_ID, OTHER_NODE, VERSION, seed_7) is None  # and per node
+    assert index.find(POOL_ID, NODE, VERSION, seed_7) == 7  # still right after the LRU evicted its entry

@@ -20,11 +20,12 @@ from typing import Any
 
 import pytest
 
+from proofpool.assignment import sampling_seed, task_ids
 from proofpool.http.node_api import Assignment
 from proofpool.model.tokenizer import EOS_ID, decode_tokens, encode_text
 from proofpool.rl.advantages import group_advantages
 from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
-from proofpool.tasks.arithmetic import Problem, reward
+from proofpool.tasks.arithmetic import Problem, problem_from_id, reward
 from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from worker.cheat import (
     STALE_VERSION,
@@ -33,8 +34,8 @@ from worker.cheat import (
     claimed_version,
     correct_completion,
     edit_to_correct_answers,
+    reencode,
     restamp_version,
-    rotate_groups,
 )
 from worker.journal import BatchState, JournalEntry
 from worker.rollout import RolloutFile, work_units
@@ -44,14 +45,18 @@ POOL_ID = 3
 VERSION = 4
 META = RolloutFileMeta(POOL_ID, NODE)
 PROBLEMS = (Problem(12, 30), Problem(5, 7), Problem(99, 99), Problem(0, 0))
+BATCH = 1
 GROUP_SIZE = 4
 MAX_TOKENS = 8
 
 
-def generated_rows(version: int = VERSION) -> list[RolloutSample]:
-    """What an honest worker writes: row i with sample index i, some answers wrong, distinct proofs."""
+def generated_rows(
+    version: int = VERSION, problems: tuple[Problem, ...] = PROBLEMS, seed: int = 1234
+) -> list[RolloutSample]:
+    """What an honest worker writes: row i with sample index i, some answers wrong, distinct proofs
+    (fixed problems the edit tests rely on, not an assignment's: see `assigned_rows`)."""
     rows: list[RolloutSample] = []
-    for g, problem in enumerate(PROBLEMS):
+    for g, problem in enumerate(problems):
         for i in range(GROUP_SIZE):
             answer = problem.answer if (i + g) % 3 else problem.answer + 1 + i
             completion = (*encode_text(str(answer)), EOS_ID)
@@ -64,7 +69,7 @@ def generated_rows(version: int = VERSION) -> list[RolloutSample]:
                     completion_tokens=completion,
                     reward=reward(problem, completion),
                     advantage=0.0,
-                    sampling_seed=1234,
+                    sampling_seed=seed,
                     temperature=1.0,
                     model_version=version,
                     proofs=bytes([index]) * 258,
@@ -74,11 +79,21 @@ def generated_rows(version: int = VERSION) -> list[RolloutSample]:
     return [dataclasses.replace(r, advantage=a) for r, a in zip(rows, advantages, strict=True)]
 
 
-def cheap_verdict(rows: list[RolloutSample], version: int = VERSION, latest: int = VERSION) -> Verdict:
-    """The validator's verdict on `rows` submitted as a file claiming `version`, without recomputation."""
+def assigned_rows(version: int = VERSION) -> list[RolloutSample]:
+    """`generated_rows` for the node's batch 1 of `version`: its problems and its sampling seed."""
+    problems = tuple(problem_from_id(t) for t in task_ids(POOL_ID, NODE, version, BATCH, len(PROBLEMS)))
+    return generated_rows(version, problems, sampling_seed(POOL_ID, NODE, version, BATCH))
+
+
+def cheap_verdict(
+    rows: list[RolloutSample], version: int = VERSION, latest: int = VERSION, *, assignment: bool = False
+) -> Verdict:
+    """The validator's verdict on `rows` submitted as a file claiming `version`, without recomputation
+    (and without the assignment check unless asked: `generated_rows` answers no assignment)."""
     data = rollouts_bytes(META, rows)
     sub = SubmissionFacts(POOL_ID, hashlib.sha256(data).digest(), NODE, work_units(rows), version)
-    return run_checks(data, sub, PoolRules(latest_version=latest), None, sample_rate=0)
+    rules = PoolRules(latest_version=latest, check_assignment=assignment)
+    return run_checks(data, sub, rules, None, sample_rate=0)
 
 
 def test_the_honest_fixture_is_accepted_and_has_wrong_answers_to_cheat_on() -> None:
@@ -125,29 +140,26 @@ def test_edit_tokens_recomputes_advantages_of_groups_it_cannot_make_all_right() 
     assert cheap_verdict(edited).accepted
 
 
-def test_replay_rotation_changes_the_bytes_and_keeps_a_valid_file() -> None:
-    honest = generated_rows()
-    rotated = rotate_groups(honest)
+def test_replay_keeps_the_rows_in_other_bytes_and_passes_the_per_file_checks() -> None:
+    honest = assigned_rows()
+    replayed = reencode(META, honest, 1)
 
-    assert rollouts_bytes(META, rotated) != rollouts_bytes(META, honest)
-    assert rotated[0].proofs == honest[GROUP_SIZE].proofs  # row 0 now holds sample index GROUP_SIZE
-    assert rotated[-1].proofs == honest[GROUP_SIZE - 1].proofs
-    assert [r.group_id for r in rotated] == [i // GROUP_SIZE for i in range(len(honest))]
-    assert [r.problem_id for r in rotated] == [p.problem_id for p in PROBLEMS[1:] + PROBLEMS[:1] for _ in range(4)]
-    assert sorted(r.proofs for r in rotated) == sorted(r.proofs for r in honest)  # same rows, other order
-    assert cheap_verdict(rotated).accepted
+    assert replayed.data != rollouts_bytes(META, honest)
+    assert rows_of(replayed) == honest  # the same rows: only a claim of the batch can tell
+    verdict = cheap_verdict(rows_of(replayed), assignment=True)
+    assert verdict.accepted and verdict.evidence["batch"] == BATCH
 
 
 def test_successive_replays_never_repeat_an_earlier_files_bytes() -> None:
     honest = generated_rows()
-    files = {rollouts_bytes(META, honest)} | {rollouts_bytes(META, rotate_groups(honest, k)) for k in (1, 2, 3)}
-    assert len(files) == 4
-    assert rollouts_bytes(META, rotate_groups(honest, len(PROBLEMS))) == rollouts_bytes(META, honest)
+    files = {rollouts_bytes(META, honest)} | {reencode(META, honest, k).data for k in range(1, len(honest))}
+    assert len(files) == len(honest)
 
 
-def test_rotation_needs_two_groups() -> None:
-    with pytest.raises(ValueError):
-        rotate_groups(generated_rows()[:GROUP_SIZE])
+def test_replay_needs_a_layout_other_than_the_original() -> None:
+    for replay in (0, len(generated_rows())):
+        with pytest.raises(ValueError):
+            reencode(META, generated_rows(), replay)
 
 
 def test_stale_version_claims_version_zero_whatever_is_assigned() -> None:
@@ -155,11 +167,13 @@ def test_stale_version_claims_version_zero_whatever_is_assigned() -> None:
     assert claimed_version(CheatMode.STALE_VERSION, 7) == 0
     assert all(claimed_version(m, 7) == 7 for m in CheatMode if m is not CheatMode.STALE_VERSION)
     assert claimed_version(None, 7) == 7
-    stale = restamp_version(generated_rows())
+    stale = restamp_version(assigned_rows())
     assert {r.model_version for r in stale} == {0}
 
-    assert cheap_verdict(stale, version=0, latest=2).accepted  # inside the async window (2): accepted
-    late = cheap_verdict(stale, version=0, latest=3)
+    # Inside the async window (2) the version passes, but the rows answer a batch of version 4.
+    early = cheap_verdict(stale, version=0, latest=2, assignment=True)
+    assert (early.reason, early.evidence["model_version"]) == ("seed_not_assigned", 0)
+    late = cheap_verdict(stale, version=0, latest=3, assignment=True)
     assert (late.reason, late.evidence["oldest_accepted"]) == ("stale_model_version", 1)
 
 
@@ -234,14 +248,15 @@ def test_replay_hook_is_honest_once_then_replays_without_generating() -> None:
     first = cheater.make_file(assignment(batch=0), META, generate)
     assert first == honest_file()
     keys = [first.sha256]
-    for batch in range(1, len(PROBLEMS)):  # groups - 1 replays, each rotated by one more group
+    rows = len(rows_of(first))
+    for batch in range(1, rows):  # rows - 1 replays, each in its own row-group layout
         replayed = cheater.make_file(assignment(batch=batch), META, generate)
         assert replayed.sha256 not in keys, f"replay {batch} repeats an earlier file: the contract would refuse it"
         keys.append(replayed.sha256)
-        assert cheap_verdict(rows_of(replayed)).accepted
+        assert rows_of(replayed) == rows_of(first)
     assert generated == 1
-    # Then the rotations start over (never back to the honest file): the contract refuses the repeat.
-    again = cheater.make_file(assignment(batch=len(PROBLEMS)), META, generate)
+    # Then the layouts start over (never back to the honest file): the contract refuses the repeat.
+    again = cheater.make_file(assignment(batch=rows), META, generate)
     assert again.sha256 == keys[1]
 
 

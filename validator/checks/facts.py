@@ -58,6 +58,9 @@ class PoolRules:
     workers sample at 1.0 by default and refuse to start outside the range."""
     max_temperature: float = MAX_TEMPERATURE
     """Highest temperature accepted."""
+    check_assignment: bool = True
+    """Require the file to answer one batch assigned to the node (`validator.checks.assignment`).
+    Off only for files that were not made from an assignment (hand-built test files)."""
     max_file_bytes: int = 64 * MIB
     max_decoded_bytes: int = 256 * MIB
     """Upper bound on the decoded table, estimated from the Parquet footer before anything is

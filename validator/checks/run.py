@@ -1,6 +1,6 @@
 """All checks on one submission, in the order of DESIGN.md; the first failure is the verdict.
 
-Cheap checks run first and on every row (hash, size, format, bounds, version window), so a file
+Cheap checks run first and on every row (hash, size, format, bounds, version window, assignment), so a file
 that fails one never costs a model load or a prefill; the recomputation (TOPLOC, sampling) then
 runs on all rows, a seeded subset, or none (`sample_rate`), and the scoring checks (rewards,
 advantages, work units) run on every row again, as they cost nothing next to a prefill.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from validator.checks.assignment import check_assignment
 from validator.checks.bounds import check_bounds
 from validator.checks.facts import PoolRules, SubmissionFacts
 from validator.checks.file import ParsedFile, check_object, read_file
@@ -70,6 +71,12 @@ def _check_rows(
     rejected = check_bounds(samples, sub, rules) or check_version(sub, rules, rows)
     if rejected is not None:
         return rejected
+    assigned: dict[str, int] = {}
+    if rules.check_assignment:
+        batch = check_assignment(samples, sub)
+        if isinstance(batch, Verdict):
+            return batch
+        assigned["batch"] = batch
     recomputed = recompute(samples, sub, rules, model, sample_rate=sample_rate, selection_seed=selection_seed)
     if recomputed.rejection is not None:
         return recomputed.rejection
@@ -78,5 +85,5 @@ def _check_rows(
     if rejected is not None:
         return dataclasses.replace(rejected, **counted)
     work_units = sum(len(s.completion_tokens) for s in samples)
-    evidence = {**recomputed.evidence, "work_units": work_units}
+    evidence = {**recomputed.evidence, **assigned, "work_units": work_units}
     return Verdict(accepted=True, reason=None, evidence=evidence, rows=rows, **counted)
