@@ -57,7 +57,7 @@ bench: setup contracts
 	$(PY) bench/indexer.py
 	$(PY) bench/ledger.py
 	$(PY) bench/heartbeat.py
-	$(PY) bench/toploc.py
+	$(PY) -m bench.toploc  # as a module too: it imports the worker package
 	$(PY) -m bench.worker  # as a module: the file name would shadow the worker package
 	$(PY) -m bench.validator
 	$(PY) -m bench.trainer

@@ -10,6 +10,7 @@ Run: `make bench` or `.venv/bin/python bench/gas.py` (needs `make contracts` fir
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from dataclasses import dataclass
@@ -139,6 +140,7 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
 
 
 def main() -> int:
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, nothing else
     with start_anvil() as anvil:
         w3 = connect(anvil.url)
         names = ("admin", "provider", "provider2", "manager", "creator", "validator", "anyone")

@@ -17,11 +17,13 @@ Each phase is timed several times and the fastest run is kept (as `timeit` does)
 shared, and a neighbour's burst slows one phase and not the other, which would skew every ratio.
 
 Uses the cached devnet model (`proofpool model warmup` builds it; the first run here builds it
-if needed). Run: `.venv/bin/python bench/toploc.py`. Figures, not pass/fail.
+if needed). Run: `.venv/bin/python -m bench.toploc` (as a module: run as a file, `bench/worker.py` would shadow
+the `worker` package). Figures, not pass/fail.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
@@ -253,6 +255,7 @@ def bench_hidden_4096(tokens: int = 1024, hidden: int = 4096, rounds: int = 5) -
 
 def main() -> None:
     """Measure every workload (one vLLM engine at a time), then TOPLOC at hidden 4096."""
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, nothing else
     paths = {"devnet": ensure_devnet_model()}
     with tempfile.TemporaryDirectory(prefix="proofpool-bench-") as tmp:
         paths["wide"] = save_model(create_model(WIDE), Path(tmp) / "wide", ModelManifest(spec=WIDE))
