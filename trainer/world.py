@@ -70,9 +70,18 @@ def init_world(backend: str = "gloo", timeout: timedelta | None = None) -> World
     return World(dist.get_rank(), dist.get_world_size())
 
 
-def close_world(world: World) -> None:
-    """Leave the process group `init_world` joined (nothing to do for a single process)."""
+def close_world(world: World, *, finished: bool = False) -> None:
+    """Leave the process group `init_world` joined (nothing to do for a single process).
+
+    After a finished run (`finished`) the ranks meet at a barrier first, so none tears down its
+    gloo connections while a peer still talks over them: in CI, rank 1 once left as rank 0 was
+    finishing, and gloo's thread on the dropped connection aborted the process ("terminate called
+    without an active exception"), failing a run that had done all its work. After a failure
+    there is no barrier: the peer may be gone, and waiting would only hang until the timeout.
+    """
     if world.size > 1 and dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
 
 

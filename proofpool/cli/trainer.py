@@ -91,20 +91,28 @@ def run(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    finished = False
     try:
         if not world.main:
             follow_trainer(config, world)
-            return
-        enable_progress_logs("trainer", "proofpool.checkpoint")
-        try:
-            client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
-        except BaseException as exc:
-            abort_followers(world, exc)  # they wait for rank 0's first command
-            raise
-        with LedgerClient(backend_url or settings.backend_url) as ledger:
-            last = run_trainer(
-                config, client, ObjectStore.from_settings(settings), ledger, stop=stop, say=console.print, world=world
-            )
-        console.print(f"trainer stopped at checkpoint {last}; metrics in {config.out_dir / 'metrics.csv'}")
+        else:
+            enable_progress_logs("trainer", "proofpool.checkpoint")
+            try:
+                client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
+            except BaseException as exc:
+                abort_followers(world, exc)  # they wait for rank 0's first command
+                raise
+            with LedgerClient(backend_url or settings.backend_url) as ledger:
+                last = run_trainer(
+                    config,
+                    client,
+                    ObjectStore.from_settings(settings),
+                    ledger,
+                    stop=stop,
+                    say=console.print,
+                    world=world,
+                )
+            console.print(f"trainer stopped at checkpoint {last}; metrics in {config.out_dir / 'metrics.csv'}")
+        finished = True
     finally:
-        close_world(world)
+        close_world(world, finished=finished)
