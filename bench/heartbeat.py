@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import hashlib
 import json
 import os
@@ -42,6 +41,7 @@ import psycopg
 from eth_account import Account
 from redis import Redis
 
+from backend.app import freeze_startup_heap
 from proofpool import db
 from proofpool.auth.signed_request import sign_request
 from proofpool.chain.anvil import free_port
@@ -339,9 +339,8 @@ def main() -> None:
         presign_s = round(time.perf_counter() - t0, 1)
 
         # The load generator imports web3 too, so a full collection of its own heap stalls its
-        # event loop for 100+ ms and shows up as server latency; freeze what exists now.
-        gc.collect()
-        gc.freeze()
+        # event loop for 100+ ms and shows up as server latency: freeze it as the backend does.
+        freeze_startup_heap()
         # warm-up: every worker's pool and prepared statements
         asyncio.run(closed_loop(port, presign(keys[:200], 1, port, 1), 8))
         rows.append({**asyncio.run(closed_loop(port, closed, args.concurrency)), **common, "presign_s": presign_s})

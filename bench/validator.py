@@ -20,7 +20,6 @@ Run: `.venv/bin/python -m bench.validator [--batches 12]`.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import statistics
 import time
 
@@ -35,6 +34,7 @@ from proofpool.model.cache import ensure_devnet_model
 from proofpool.rollout import read_rollouts
 from proofpool.storage import ObjectStore, rollout_key
 from validator.checks import PoolRules, SubmissionFacts, run_checks
+from validator.pipeline import drawn
 from worker.engine import GenerationRequest, InferenceEngine
 from worker.sampler import SamplerSettings
 
@@ -163,16 +163,15 @@ def service_sampling(
     files: list[tuple[bytes, bytes]], samples: list, pool_id: int, node: str, model, gen_tps: float
 ) -> list[dict]:
     """What `validator run --sample-rate p` does: every file gets the cheap checks, a drawn fraction p
-    of the files is recomputed in full. The draw here is sha256(round, key) instead of the submission's
-    block hash, which is equally unknown to the worker."""
+    of the files is recomputed in full, drawn as the service draws (`validator.pipeline.drawn`), with the
+    round number instead of the submission's block hash."""
     out = []
     for rate in SERVICE_RATES:
         checked = recomputed = judged = 0
         started = time.perf_counter()
         for round_ in range(SERVICE_ROUNDS):
             for (key, data), rows in zip(files, samples, strict=True):
-                draw = hashlib.sha256(round_.to_bytes(4, "big") + key).digest()
-                selected = int.from_bytes(draw[:8], "big") / 2**64 < rate
+                selected = drawn(rate, round_.to_bytes(4, "big"), key)
                 units = sum(len(r.completion_tokens) for r in rows)
                 verdict = run_checks(
                     data,

@@ -173,6 +173,11 @@ def is_selected(res: Resources, sub: IndexedSubmission) -> bool:
         return True
     if rate <= 0.0:
         return False
-    block_hash = bytes(res.client.w3.eth.get_block(sub.block_number)["hash"])
-    draw = hashlib.sha256(SELECTION_DOMAIN + block_hash + sub.work_key).digest()
+    return drawn(rate, bytes(res.client.w3.eth.get_block(sub.block_number)["hash"]), sub.work_key)
+
+
+def drawn(rate: float, unknown: bytes, work_key: bytes) -> bool:
+    """The selection at sample rate `rate`: sha256(domain, `unknown`, work key) below `rate`, where
+    `unknown` is bytes the worker could not know when it wrote the file (its submission block's hash)."""
+    draw = hashlib.sha256(SELECTION_DOMAIN + unknown + work_key).digest()
     return int.from_bytes(draw[:8], "big") / 2**64 < rate

@@ -6,7 +6,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
@@ -15,7 +15,10 @@ from eth_account import Account
 from proofpool.chain.anvil import ANVIL_KEYS
 from tests.fixtures.postgres import migrated_database
 from validator import store
+from validator.checks import Verdict
+from validator.pipeline import first_of_its_batch
 from validator.store import Key
+from validator.submissions import IndexedSubmission
 
 A = Account.from_key(ANVIL_KEYS[3]).address
 B = Account.from_key(ANVIL_KEYS[8]).address
@@ -405,12 +408,6 @@ def test_one_flusher_lock_per_validator(url):
 
 
 def test_a_second_accepted_file_of_one_batch_is_invalidated_as_duplicate(conn):
-    from datetime import UTC
-
-    from validator.checks import Verdict
-    from validator.pipeline import first_of_its_batch
-    from validator.submissions import IndexedSubmission
-
     def submission(work_key: bytes) -> IndexedSubmission:
         return IndexedSubmission(POOL, work_key, NODE, NODE, 20, 2, "pending", datetime.now(UTC), 1)
 

@@ -41,9 +41,9 @@ class BatchIndex:
     def find(self, pool_id: int, node: str, version: int, seed: int) -> int | None:
         """The batch whose sampling seed is `seed`, or None if no batch below `limit` has it."""
         key = (pool_id, node.lower(), version)
-        known = self._known.pop(key, {})
-        self._known[key] = known  # most recently used last
-        while len(self._known) > self.keys:
+        known = self._known.setdefault(key, {})
+        self._known.move_to_end(key)  # most recently used last
+        if len(self._known) > self.keys:
             self._known.popitem(last=False)
         if seed in known:
             return known[seed]

@@ -1,7 +1,7 @@
 """All checks on one submission, in the order of DESIGN.md; the first failure is the verdict.
 
-Cheap checks run first and on every row (hash, size, format, bounds, version window, assignment), so a file
-that fails one never costs a model load or a prefill; the recomputation (TOPLOC, sampling) then
+Cheap checks run first and on every row (hash, size, format, bounds, version window, assignment),
+so a file that fails one never costs a model load or a prefill; the recomputation (TOPLOC, sampling) then
 runs on all rows, a seeded subset, or none (`sample_rate`), and the scoring checks (rewards,
 advantages, work units) run on every row again, as they cost nothing next to a prefill.
 """
