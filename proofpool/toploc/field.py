@@ -6,18 +6,17 @@ all chunks of all its samples in one pass and a verifier checks them in one pass
 
 Values are integers held in float64: a product of two field elements is below 2**32 and a sum of
 up to 2**20 such products stays below 2**53, so float64 matrix products (BLAS) compute them
-exactly, FFT convolutions round to them exactly (checked), and `_reduce_` brings them back into
-the field. Intermediate values are "lazy", in [0, p] rather than [0, p) (p stands for 0);
+exactly and `_reduce_` brings them back into the field. Intermediate values are "lazy", in [0, p] rather than [0, p) (p stands for 0);
 results are canonical.
 
 - `evaluate` uses baby-step giant-step: with S * A >= n, sum_e c_e x^e = sum_a (x^S)^a sum_s
   c_{S a + s} x^s, so the O(n * points) work is one small matrix product per chunk.
-- `interpolate` uses the Lagrange form. With M(X) = prod_i (X - x_i) and z_i = y_i / M'(x_i), the
-  coefficients are c_t = sum_e M_{t+1+e} P_e where P_e = sum_i z_i x_i^e: M by a product tree
-  (FFT convolutions), M'(x_i) by `evaluate`, P by the transposed product, c by one convolution.
-  It replaced Newton divided differences, whose 2 x (n - 1) sequential steps made a fixed cost
-  per call. The interpolating polynomial of degree < n is unique, so this gives the same
-  coefficients as any other method (the tests compare with textbook Lagrange and Newton).
+- `interpolate` uses the Lagrange form: with M(X) = prod_i (X - x_i) and z_i = y_i / M'(x_i), the
+  coefficients are c_t = sum_e M_{t+1+e} P_e where P_e = sum_i z_i x_i^e. It runs as one compiled
+  loop nest (`proofpool.toploc.lagrange`, numba); numpy's passes over temporaries, even with a
+  product tree and FFTs, cost 2.5x as much for the 128-point polynomials proofs use. The
+  interpolating polynomial of degree < n is unique, so any method gives the same coefficients
+  (the tests compare with textbook Lagrange and Newton).
 """
 
 from __future__ import annotations
@@ -39,14 +38,12 @@ _MODULUS_BATCH: Final = 64
 _P: Final = float(PRIME)
 _INV_P: Final = 1.0 / PRIME
 _BLOCK_POINTS: Final = 8192
-"""Points per block of chunks. Temporaries of a block (a few hundred KB each) are reused from the
-heap; one block of 256 chunks x 128 points made each temporary a fresh mmap whose page faults
-cost more than the arithmetic (2,800 faults and twice the time per call on the devnet batch)."""
-_DIRECT_DEGREE: Final = 16
-"""Product-tree levels below this degree multiply directly; higher ones use FFTs."""
-_MAX_ROUNDING: Final = 0.25
-"""An FFT convolution whose outputs stray further from integers than this is refused. The error
-bound (about ||a|| ||b|| eps log N: below 1e-2 at 128 points, 0.2 at 2,048) is far below."""
+"""Points per block of chunks in `evaluate`. Temporaries of a block (a few hundred KB each) are
+reused from the heap; larger blocks made each temporary a fresh mmap whose page faults cost more
+than the arithmetic."""
+_INTERPOLATE_COLUMNS: Final = 256
+"""Polynomials per call of the interpolation kernel: its temporaries ([points, columns] float64,
+five of them) stay within the L2 cache at 128 points."""
 
 Int64Array = npt.NDArray[np.int64]
 Float64Array = npt.NDArray[np.float64]
@@ -58,6 +55,12 @@ class ToplocError(ProofpoolError):
     Lives here, in the package's lowest module, so every TOPLOC module can raise it. Verifying a
     hostile proof never raises it: a bad proof is a failed `ChunkCheck`, not an error.
     """
+
+
+@cache
+def _inverses_f64() -> Float64Array:
+    """`inverse_table` as float64, the kernel's element type."""
+    return inverse_table().astype(np.float64)
 
 
 @cache
@@ -142,38 +145,23 @@ def interpolate(xs: npt.ArrayLike, ys: npt.ArrayLike) -> Int64Array:
     y = np.asarray(ys, dtype=np.int64)
     if x.shape != y.shape or x.ndim not in (1, 2):
         raise ToplocError(f"xs {x.shape} and ys {y.shape} must be equal 1-D or 2-D shapes")
+    from proofpool.toploc.lagrange import interpolate_columns  # numba: imported by builders only
+
     squeeze = x.ndim == 1
     x, y = np.atleast_2d(x) % PRIME, np.atleast_2d(y) % PRIME
-    out = np.concatenate([_interpolate_block(x[rows], y[rows]) for rows in _blocks(*x.shape)])
+    blocks = []
+    for start in range(0, max(x.shape[0], 1), _INTERPOLATE_COLUMNS):
+        rows = slice(start, start + _INTERPOLATE_COLUMNS)
+        columns, repeats = interpolate_columns(
+            np.ascontiguousarray(x[rows].T, dtype=np.float64),
+            np.ascontiguousarray(y[rows].T, dtype=np.float64),
+            _inverses_f64(),
+        )
+        if repeats:  # M'(x_i) = prod_{j != i} (x_i - x_j) is 0 exactly when x_i repeats
+            raise ToplocError("interpolation points repeat modulo the field prime")
+        blocks.append(_canonical(columns.T))
+    out = np.concatenate(blocks)
     return out[0] if squeeze else out
-
-
-def _interpolate_block(x: Int64Array, y: Int64Array) -> Int64Array:
-    """`interpolate` for distinct points x [batch, n] and values y [batch, n], both in [0, p)."""
-    batch, n = x.shape
-    if not batch or not n:
-        return np.zeros((batch, n), dtype=np.int64)
-    baby, giant = _powers_for(x, n)
-    low = _master_lower(x.astype(np.float64))  # M_0 .. M_{n-1}; M_n = 1
-    derivative = np.empty((batch, n))  # M'(X) = sum_e (e + 1) M_{e+1} X^e
-    np.multiply(low[:, 1:], np.arange(1, n), out=derivative[:, : n - 1])
-    derivative[:, n - 1] = n
-    slopes = _canonical(_evaluate_powers(_reduce_(derivative), baby, giant))  # M'(x_i)
-    if not slopes.all():  # M'(x_i) = prod_{j != i} (x_i - x_j) is 0 exactly when x_i repeats
-        raise ToplocError("interpolation points repeat modulo the field prime")
-    z = _reduce_(y * inverse_table()[slopes].astype(np.float64))
-    giant *= z
-    _reduce_(giant)
-    weighted = _reduce_(giant.transpose(1, 0, 2) @ baby.transpose(1, 2, 0))  # [batch, A, S]: P_{S a + s}
-    sums = weighted.reshape(batch, -1)[:, :n]
-    upper = np.empty((batch, n))  # M_1 .. M_n
-    upper[:, : n - 1] = low[:, 1:]
-    upper[:, n - 1] = 1.0
-    size = 1 << (2 * n - 1).bit_length()
-    spectrum = np.fft.rfft(upper, size)
-    spectrum *= np.fft.rfft(sums[:, ::-1], size)
-    coeffs = _round_exact(np.fft.irfft(spectrum, size)[:, n - 1 : 2 * n - 1])
-    return _canonical(_reduce_(coeffs))
 
 
 def evaluate(coeffs: npt.ArrayLike, points: npt.ArrayLike) -> Int64Array:
@@ -232,15 +220,6 @@ def _canonical(t: Float64Array) -> Int64Array:
     return out
 
 
-def _round_exact(t: Float64Array) -> Float64Array:
-    """An FFT convolution's output rounded to the integers it approximates (in place)."""
-    rounded = np.rint(t)
-    if t.size and float(np.abs(t - rounded).max()) > _MAX_ROUNDING:
-        raise ToplocError("FFT convolution lost precision: too many points for exact float64 arithmetic")
-    t[...] = rounded
-    return t
-
-
 def _split(n: int) -> tuple[int, int]:
     """(S, A) with S * A >= n and S about sqrt(n): baby steps and giant steps."""
     baby = math.isqrt(max(n - 1, 0)) + 1
@@ -277,40 +256,3 @@ def _evaluate_powers(coeffs: Float64Array, baby: Float64Array, giant: Float64Arr
     partial = _reduce_(padded.reshape(batch, jumps, steps) @ baby.transpose(1, 0, 2))  # [batch, A, k]
     partial *= giant.transpose(1, 0, 2)
     return _reduce_(partial.sum(axis=1))
-
-
-def _master_lower(x: Float64Array) -> Float64Array:
-    """[batch, n]: M_0 .. M_{n-1} of the monic M(X) = prod_i (X - x_i), by a product tree.
-
-    Leaves are padded to a power of two with x = 0, which multiplies M by X^pad: its lower
-    coefficients are then the top n of the padded product. Each level multiplies the first half
-    of the monic factors by the second half, storing lower coefficients only:
-    (X^L + a)(X^L + b) = X^2L + X^L (a + b) + a b.
-    """
-    batch, n = x.shape
-    size = 1 << (n - 1).bit_length()
-    polys = np.zeros((1, batch, size))  # [coefficient, batch, factor]: long contiguous rows
-    np.subtract(_P, x, out=polys[0, :, :n])
-    degree = 1
-    while size > 1 and degree < _DIRECT_DEGREE:
-        size //= 2
-        a, b = polys[:, :, :size], polys[:, :, size:]
-        product = np.zeros((2 * degree, batch, size))
-        term = np.empty((degree, batch, size))
-        for i in range(degree):
-            np.multiply(a[i], b, out=term)
-            product[i : i + degree] += term
-        product[degree:] += a
-        product[degree:] += b
-        polys, degree = _reduce_(product), 2 * degree
-    factors = polys.transpose(1, 2, 0)  # [batch, factor, coefficient]
-    while size > 1:
-        size //= 2
-        padded = np.zeros((batch, 2 * size, 2 * degree))  # zero-padded for a linear convolution
-        padded[..., :degree] = factors
-        spectrum = np.fft.rfft(padded)
-        product = _round_exact(np.fft.irfft(spectrum[:, :size] * spectrum[:, size:], 2 * degree))
-        product[..., degree:] += factors[:, :size]
-        product[..., degree:] += factors[:, size:]
-        factors, degree = _reduce_(product), 2 * degree
-    return factors[:, 0, degree - n :]
