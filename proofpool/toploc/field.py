@@ -6,8 +6,8 @@ all chunks of all its samples in one pass and a verifier checks them in one pass
 
 Values are integers held in float64: a product of two field elements is below 2**32 and a sum of
 up to 2**20 such products stays below 2**53, so float64 matrix products (BLAS) compute them
-exactly and `_reduce_` brings them back into the field. Intermediate values are "lazy", in [0, p] rather than [0, p) (p stands for 0);
-results are canonical.
+exactly and `_reduce_` brings them back into the field. Intermediate values are "lazy", in
+[0, p] rather than [0, p) (p stands for 0); results are canonical.
 
 - `evaluate` uses baby-step giant-step: with S * A >= n, sum_e c_e x^e = sum_a (x^S)^a sum_s
   c_{S a + s} x^s, so the O(n * points) work is one small matrix product per chunk.
