@@ -174,6 +174,15 @@ def _file(data: bytes, rows: Sequence[RolloutSample]) -> RolloutFile:
 # --- the hooks ----------------------------------------------------------------------------------
 
 
+def other_model(progress: Callable[[str], None] | None = None) -> Path:
+    """The model an `other-model` cheater generates with: the devnet model from another init seed,
+    built and warmed up on first use (minutes on a busy CPU), then cached like the real one."""
+    from proofpool.model.build import ModelSpec
+    from proofpool.model.cache import ensure_devnet_model
+
+    return ensure_devnet_model(ModelSpec(seed=OTHER_MODEL_SEED), progress=progress)
+
+
 class Cheater:
     """A worker's cheat: the three hooks `worker.node.WorkerNode` calls when `--cheat` is given.
 
@@ -196,10 +205,7 @@ class Cheater:
     def model_path(self, a: Assignment, resolve: Callable[[Assignment], Path]) -> Path:
         """The model directory that generates the batch of `a` (`resolve` is the honest resolver)."""
         if self.mode is CheatMode.OTHER_MODEL:
-            from proofpool.model.build import ModelSpec
-            from proofpool.model.cache import ensure_devnet_model
-
-            path = ensure_devnet_model(ModelSpec(seed=OTHER_MODEL_SEED), progress=self._say)
+            path = other_model(progress=self._say)
             self.announce(
                 f"generating checkpoint {a.checkpoint_version}'s batch with {path.name} (seed {OTHER_MODEL_SEED})"
             )

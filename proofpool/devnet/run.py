@@ -42,6 +42,7 @@ from proofpool.model.cache import ensure_devnet_model
 from proofpool.storage import rollout_key
 from proofpool.storage.s3 import ObjectStore
 from proofpool.storage.seaweed import start_seaweed
+from worker.cheat import CheatMode, other_model
 
 POOL_BUDGET = 5_000 * TOKEN
 """Enough for a long demo: about 3 POOL per accepted file (work units plus the validator's fee)."""
@@ -292,8 +293,11 @@ def run_devnet(
     install_sigterm()
     check_services()
     say = _sayer(console)
-    # Built once here, before a dozen processes would each build it at the same time.
+    # Built once here, before a dozen processes would each build it at the same time; the
+    # cheater's model too, or its node spends the run warming it up and never submits.
     say(f"devnet model: {ensure_devnet_model(progress=say)}")
+    if config.cheat == CheatMode.OTHER_MODEL:
+        say(f"the cheater's model: {other_model(progress=say)}")
     with market(config, say) as (stack, store):
         run = start_loop(config, stack, say)
         try:

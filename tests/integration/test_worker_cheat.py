@@ -34,12 +34,12 @@ from proofpool.checkpoint import publish_checkpoint
 from proofpool.config import get_settings
 from proofpool.devnet.market import onboard_node
 from proofpool.devnet.services import Service, wait_until
-from proofpool.model.build import ModelSpec, init_model
+from proofpool.model.build import init_model
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.storage import ObjectStore
 from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
-from worker.cheat import EXPECTED_REASONS, OTHER_MODEL_SEED, CheatMode, banner
+from worker.cheat import EXPECTED_REASONS, CheatMode, banner, other_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -99,7 +99,7 @@ def drill(
     # no two race to build the same one.
     ensure_devnet_model(progress=None)
     if CheatMode.OTHER_MODEL in selected:
-        ensure_devnet_model(ModelSpec(seed=OTHER_MODEL_SEED), progress=None)
+        other_model()
     validator = market.stack.spawn(
         "validator",
         ["validator", "run", "--key", market.stack.cast.validator.key.hex(), "--concurrency", "1",
