@@ -55,13 +55,11 @@ TEMPERATURE = 1.0
 
 
 class TimedConsole(WorkerConsole):
-    """The worker's console, also noting when each batch ended and how many tokens it had, and
-    when the loop started its turn after the first batch (`window_start`)."""
+    """The worker's console, also noting when each batch ended and how many tokens it had."""
 
     def __init__(self, *args: object, **kwargs: object) -> None:
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.ends: list[tuple[float, int, int]] = []  # (monotonic end, batch, submitted tokens)
-        self.window_start: float | None = None
 
     def batch_done(self, pool_id, batch, samples, tokens, seconds, work_key, tx) -> None:  # type: ignore[override]
         self.ends.append((time.monotonic(), batch, tokens))
@@ -72,14 +70,16 @@ class TimedWorkerNode(WorkerNode):
     """`WorkerNode`, noting the start of the first turn after batch 1 was generated: from there
     on, every step of batches 2.. (heartbeat to `submitWork`) happens inside the window."""
 
+    window_start: float | None = None
+
     def turn(self) -> None:
-        console = self.console
-        if self.generated == 1 and isinstance(console, TimedConsole) and console.window_start is None:
-            console.window_start = time.monotonic()
+        if self.generated == 1 and self.window_start is None:
+            self.window_start = time.monotonic()
         super().turn()
 
 
-def run_worker(stack, node, batch_size: int, batches: int, state_dir: Path) -> TimedConsole:
+def run_worker(stack, node, batch_size: int, batches: int, state_dir: Path) -> tuple[TimedConsole, float | None]:
+    """Run the worker for `batches` + 1 batches; its console and the start of the measured window."""
     with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
         conn.execute(
             "INSERT INTO pool_assignment_config (pool_id, batch_size, group_size, max_tokens) VALUES (%s, %s, %s, %s)",
@@ -105,8 +105,9 @@ def run_worker(stack, node, batch_size: int, batches: int, state_dir: Path) -> T
     console = TimedConsole(node.address, stack.backend_url, ledger_every=3600)
     with NodeApi(stack.backend_url, node) as api:
         client = stack.admin.as_account(node)
-        TimedWorkerNode(config, node, client, api, lambda: ObjectStore.from_settings(settings), console).run()
-    return console
+        worker = TimedWorkerNode(config, node, client, api, lambda: ObjectStore.from_settings(settings), console)
+        worker.run()
+    return console, worker.window_start
 
 
 def time_engine_fresh(node: str, pool_id: int, warm_up: int, batch_ids: list[int], batch_size: int) -> dict[str, float]:
@@ -161,9 +162,10 @@ def time_engine(node: str, pool_id: int, warm_up: int, batch_ids: list[int], bat
 
 
 def split_cores() -> None:
-    """Pin this process (the worker, later the bare engine's process) to core 0 and every process the market
-    started (anvil, SeaweedFS, indexer, backend) to the other cores, so that "overhead" means the
-    worker's own work and not the co-located services' (in production they run elsewhere)."""
+    """Pin this process (the worker; the bare engine's process inherits it) to core 0 and every
+    process the market started (anvil, SeaweedFS, indexer, backend) to the other cores, so that
+    "overhead" means the worker's own work and not the co-located services' (in production they
+    run elsewhere)."""
     cores = sorted(os.sched_getaffinity(0))
     if len(cores) < 2:
         return
@@ -191,11 +193,11 @@ def main() -> None:
         stack, node = market.stack, market.stack.cast.alice_node
         if not args.shared_cores:
             split_cores()
-        console = run_worker(stack, node, args.batch_size, args.batches, market.root)
+        console, window_start = run_worker(stack, node, args.batch_size, args.batches, market.root)
     (_, first, _), *measured = console.ends
-    assert console.window_start is not None, "the worker never started a turn after its first batch"
+    assert window_start is not None, "the worker never started a turn after its first batch"
     e2e_tokens = sum(tokens for _, _, tokens in measured)
-    e2e_seconds = measured[-1][0] - console.window_start
+    e2e_seconds = measured[-1][0] - window_start
     timed = time_engine_fresh(node.address, stack.pool_id, first, [b for _, b, _ in measured], args.batch_size)
     assert timed["tokens"] == e2e_tokens, "the bare engine must generate exactly the worker's tokens"
     bare_tps = timed["tokens"] / timed["bare_seconds"]
