@@ -4,7 +4,7 @@ The market runs for real: anvil, PostgreSQL (a fresh `proofpool_bench_worker_<ra
 database), Redis db 9, SeaweedFS, the indexer and the backend as processes. One node works
 in this process (`WorkerNode`, the code behind `proofpool worker run`) for `--batches` + 1
 batches; the first one absorbs start-up (join, engine load) and is not counted. End to end is
-every completion token of batches 2.. divided by the wall time from the loop's first turn after
+every completion token of batches 2.. divided by the wall time from the first heartbeat after
 batch 1 was generated to the moment the last batch's `submitWork` was mined: heartbeats,
 generation, proofs, rewards, Parquet, journal fsync, upload URL, PUT and `submitWork` all
 included. (Measuring from batch 1's submission instead, as before, started the clock late by
@@ -38,7 +38,7 @@ import torch
 from bench.market import bench_market, emit
 from proofpool.assignment import sampling_seed, task_ids
 from proofpool.config import get_settings
-from proofpool.http.node_api import NodeApi
+from proofpool.http.node_api import Heartbeat, NodeApi
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.rollout import RolloutFileMeta
 from proofpool.storage.s3 import ObjectStore
@@ -68,15 +68,17 @@ class TimedConsole(WorkerConsole):
 
 
 class TimedWorkerNode(WorkerNode):
-    """`WorkerNode`, noting the start of the first turn after batch 1 was generated: from there
-    on, every step of batches 2.. (heartbeat to `submitWork`) happens inside the window."""
+    """`WorkerNode`, noting when the first heartbeat after batch 1 was generated started: from
+    there on, every step of batches 2.. (heartbeat to `submitWork`) happens inside the window.
+    (That heartbeat goes out in the background at the end of batch 1's turn, while batch 2 is
+    generated ahead: `worker.lookahead`.)"""
 
     window_start: float | None = None
 
-    def turn(self) -> None:
+    def heartbeat(self) -> Heartbeat:
         if self.generated == 1 and self.window_start is None:
             self.window_start = time.monotonic()
-        super().turn()
+        return super().heartbeat()
 
 
 def run_worker(stack, node, batch_size: int, batches: int, state_dir: Path) -> tuple[TimedConsole, float | None]:

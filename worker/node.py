@@ -10,7 +10,10 @@ unless told to wait for its provider). Then it loops, one assignment per turn:
 3. generate the batch, prove, score, write the Parquet file, journal it (durable first);
 4. hand the journaled batch to the submitter thread, which uploads it through a presigned URL
    and sends `submitWork` with the node key (each retried) while the loop already generates the
-   next batch: network time overlaps generation instead of adding to it.
+   next batch: network time overlaps generation instead of adding to it;
+5. send the next heartbeat (reporting this batch) in the background and, while it travels,
+   generate the batch it should assign, the next of the same checkpoint: kept if the answer
+   assigns exactly that, dropped if not (`worker.lookahead`).
 
 Faults: anything transient (backend, store or RPC down, a timeout) is retried with backoff and
 logged with pool, node and work key; a restarted worker finishes what its journal holds before
@@ -47,6 +50,7 @@ from worker.cheat import Cheater, CheatMode
 from worker.console import WorkerConsole
 from worker.engine import EngineConfig
 from worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
+from worker.lookahead import Lookahead, next_assignment
 from worker.models import EngineSlot, ModelResolver, Unservable
 from worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
 from worker.rollout import RolloutFile, generate_rollout_file
@@ -123,6 +127,7 @@ class WorkerNode:
         self._to_report: JournalEntry | None = None
         self._unservable: UnservableReport | None = None
         self._submitter = Submitter(self)
+        self._lookahead = Lookahead()
         self._uploads = httpx.Client(timeout=120.0)
         """One client for every presigned PUT (used by the submitter thread only)."""
 
@@ -144,6 +149,7 @@ class WorkerNode:
         except Stopped:
             pass
         finally:
+            self._lookahead.close()
             self._submitter.drain(timeout=SHUTDOWN_SECONDS)
             self.engines.close()
             self.journal.close()
@@ -233,9 +239,11 @@ class WorkerNode:
     # --- the loop ---------------------------------------------------------------------------
 
     def turn(self) -> None:
-        """One heartbeat and, if it carries work, one batch."""
+        """One heartbeat and, if it carries work, one batch. After a batch, the next heartbeat goes
+        out in the background while the batch it should assign is generated (`worker.lookahead`)."""
+        early = self._lookahead.generate(self._generate)
         try:
-            beat = self.heartbeat()
+            beat = self._lookahead.answer() or self.heartbeat()
         except ApiRefused as refused:
             if refused.error != "not_pool_member":
                 raise
@@ -268,25 +276,18 @@ class WorkerNode:
             self._skip(a, problem)
             sleep_unless_stopped(self.stop, self._idle(beat))
             return
-        engine = self.engines.get(path)
-        self.console.checkpoint(a.checkpoint_version)
-        started = time.monotonic()
-        meta = RolloutFileMeta(a.pool_id, self.node)
-
-        def generate() -> RolloutFile:
-            return generate_rollout_file(
-                engine,
-                meta,
-                a.task_ids,
-                group_size=a.group_size,
-                sampling_seed=a.sampling_seed,
-                temperature=self.config.temperature,
-                max_tokens=a.max_tokens,
-                model_version=a.checkpoint_version,
-            )
-
-        rollout = self.cheater.make_file(a, meta, generate) if self.cheater else generate()
-        seconds = time.monotonic() - started
+        if early is not None and early.assignment == a and early.model == path:
+            rollout, seconds = early.rollout, early.seconds
+        else:
+            if early is not None:
+                ahead = early.assignment
+                log.info(
+                    "batch generated ahead dropped: the heartbeat assigned another",
+                    extra={**self._context(), "version": ahead.checkpoint_version, "batch": ahead.batch},
+                )
+            started = time.monotonic()
+            rollout = self._generate(a, path)
+            seconds = time.monotonic() - started
         entry = self.journal.record_written(
             a.pool_id, a.checkpoint_version, a.batch, rollout.sha256, rollout.data, rollout.work_units, rollout.samples
         )
@@ -302,6 +303,28 @@ class WorkerNode:
         self.generated += 1
         self._to_report = entry
         self._submitter.put(entry, seconds)
+        if not self._done() and not self.stop.is_set():
+            self._lookahead.send(self.heartbeat, next_assignment(a, self.node), path)
+
+    def _generate(self, a: Assignment, path: Path) -> RolloutFile:
+        """Generate, prove, score and serialize the batch of `a` on the model in `path`."""
+        engine = self.engines.get(path)
+        self.console.checkpoint(a.checkpoint_version)
+        meta = RolloutFileMeta(a.pool_id, self.node)
+
+        def generate() -> RolloutFile:
+            return generate_rollout_file(
+                engine,
+                meta,
+                a.task_ids,
+                group_size=a.group_size,
+                sampling_seed=a.sampling_seed,
+                temperature=self.config.temperature,
+                max_tokens=a.max_tokens,
+                model_version=a.checkpoint_version,
+            )
+
+        return self.cheater.make_file(a, meta, generate) if self.cheater else generate()
 
     def heartbeat(self) -> Heartbeat:
         """Heartbeat, carrying the pending report; marks the reported batch once the backend took it."""
@@ -346,6 +369,7 @@ class WorkerNode:
                 self.stop,
                 self.config.backoff,
                 window,
+                fresh=fresh,
             )
         except SubmitRefused as refused:
             return self._abandon(entry, str(refused))

@@ -18,11 +18,12 @@ from web3.contract.contract import ContractFunction
 from web3.types import TxReceipt
 
 from proofpool.chain.artifacts import load_artifact
+from proofpool.chain.calls import AbiFunction
 from proofpool.chain.deploy import role_hash
 from proofpool.chain.errors import ChainError
 from proofpool.chain.events import ChainEvent, EventDecoder
 from proofpool.chain.signing import Invite
-from proofpool.chain.tx import TxSender
+from proofpool.chain.tx import TxSender, call_data
 
 
 class PoolStatus(IntEnum):
@@ -162,6 +163,12 @@ class ContractBinding:
     """Common part: the web3 contract object, an optional sender, and receipt decoding."""
 
     contract_name: str = ""
+    _functions: dict[str, AbiFunction]
+    """Per binding class: the functions called by hand so far (`_function`)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._functions = {}
 
     def __init__(self, w3: Web3, address: str, sender: TxSender | None = None) -> None:
         self.w3 = w3
@@ -183,6 +190,27 @@ class ContractBinding:
         if self.sender is not None:
             return self.sender.call(fn)
         return fn.call()
+
+    def _function(self, name: str) -> AbiFunction:
+        """`name`'s selector and types, worked out once per contract."""
+        functions = type(self)._functions
+        if name not in functions:
+            functions[name] = AbiFunction.of(self.contract.abi, name)
+        return functions[name]
+
+    def _call_encoded(self, name: str, *args: Any) -> tuple[Any, ...]:
+        """`_call` without web3's per-call machinery, for calls on a hot path (`proofpool.chain.calls`)."""
+        function = self._function(name)
+        data = function.encode(*args)
+        if self.sender is not None:
+            return function.decode(self.sender.call_data(self.address, data))
+        return function.decode(call_data(self.w3, self.address, data))
+
+    def _send_encoded(self, name: str, *args: Any) -> TxReceipt:
+        """`_send` without web3's per-call machinery, for transactions on a hot path."""
+        if self.sender is None:
+            raise ChainError(f"{self.contract_name} binding is read-only: it was built without a key")
+        return self.sender.send_data(self.address, self._function(name).encode(*args))
 
     def events(self, receipt: TxReceipt) -> list[ChainEvent]:
         """Events this contract emitted in `receipt`."""
@@ -332,8 +360,8 @@ class ComputePool(ContractBinding):
         return self._send(self.contract.functions.blacklistNode(pool_id, to_checksum_address(node)))
 
     def submit_work(self, pool_id: int, node: str, work_key: bytes, work_units: int, model_version: int) -> TxReceipt:
-        fn = self.contract.functions.submitWork(pool_id, to_checksum_address(node), work_key, work_units, model_version)
-        return self._send(fn)
+        """Encoded by hand: a provider node sends one per batch (`proofpool.chain.calls`)."""
+        return self._send_encoded("submitWork", pool_id, to_checksum_address(node), work_key, work_units, model_version)
 
     def attest_work(self, pool_id: int, work_keys: Sequence[bytes]) -> TxReceipt:
         return self._send(self.contract.functions.attestWork(pool_id, list(work_keys)))
@@ -378,8 +406,8 @@ class ComputePool(ContractBinding):
         return Member(provider, MemberState(state), blacklisted, int(since))
 
     def get_work(self, pool_id: int, work_key: bytes) -> Work:
-        node, provider, status, units, version, submitted, since, validator = self._call(
-            self.contract.functions.getWork(pool_id, work_key)
+        node, provider, status, units, version, submitted, since, validator = self._call_encoded(
+            "getWork", pool_id, work_key
         )
         return Work(
             node,
@@ -400,10 +428,10 @@ class ComputePool(ContractBinding):
 
     def latest_checkpoint(self, pool_id: int, block: int | None = None) -> Checkpoint:
         """The newest published checkpoint, now or as of `block` (what a submission in that block saw)."""
-        fn = self.contract.functions.latestCheckpoint(pool_id)
-        if block is None:
-            version, manifest, uri, published_at = self._call(fn)
+        if block is None:  # encoded by hand: a provider node asks before every submission
+            version, manifest, uri, published_at = self._call_encoded("latestCheckpoint", pool_id)
         else:
+            fn = self.contract.functions.latestCheckpoint(pool_id)
             version, manifest, uri, published_at = fn.call(block_identifier=block)
         return Checkpoint(int(version), bytes(manifest), uri, int(published_at))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
 from web3.types import TxReceipt
 
 from proofpool.chain.artifacts import Artifact
+from proofpool.chain.calls import rpc
 from proofpool.chain.errors import ContractRevert, NonceConflict, TxTimeout, decode_revert
 from proofpool.config import get_settings
 
@@ -34,6 +36,11 @@ _UNDERPRICED = ("underpriced", "fee too low", "max fee per gas less than block b
 _GAS_MARGIN = 1.2
 _FEE_KEYS = ("gasPrice", "maxFeePerGas", "maxPriorityFeePerGas")
 _MAX_ATTEMPTS = 6
+FEE_CACHE_SECONDS = 10.0
+"""How long fees fetched for a first try are reused: `maxFeePerGas` allows for the base fee to
+double, which takes at least six full blocks, and a fee that fell short anyway gets the
+"underpriced" retry with fresh, bumped fees. Saves two round trips on every transaction of a
+sender that sends often (a provider node sends one per batch)."""
 
 
 def revert_from_exception(exc: Exception) -> ContractRevert | None:
@@ -54,6 +61,19 @@ def revert_from_exception(exc: Exception) -> ContractRevert | None:
         if "revert" in message.lower():
             return decode_revert(None)
     return None
+
+
+def call_data(w3: Web3, to: str, data: bytes, sender: str | None = None) -> bytes:
+    """eth_call of hand-encoded calldata (`proofpool.chain.calls`) at the latest block; returns the
+    raw result, and a revert raises `ContractRevert`."""
+    request = {"to": to, "data": "0x" + data.hex()}
+    if sender is not None:
+        request["from"] = sender
+    try:
+        result = rpc(w3, "eth_call", [request, "latest"])
+    except Web3RPCError as exc:
+        raise revert_from_exception(exc) or exc from None
+    return bytes.fromhex(result.removeprefix("0x"))
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,7 @@ class TxSender:
         self.receipt_timeout = receipt_timeout or get_settings().tx_receipt_timeout
         self._chain_id = w3.eth.chain_id
         self._lane = _lane(self._chain_id, self.address)
+        self._fee_cache: tuple[float, dict[str, int]] | None = None
 
     def call(self, fn: ContractFunction) -> Any:
         """eth_call from this account; a revert raises `ContractRevert`."""
@@ -117,6 +138,21 @@ class TxSender:
                 raise
             raise revert from None
         return self._send_built(built)
+
+    def call_data(self, to: str, data: bytes) -> bytes:
+        """`call_data` from this account."""
+        return call_data(self.w3, to, data, self.address)
+
+    def send_data(self, to: str, data: bytes) -> TxReceipt:
+        """`send` for hand-encoded calldata: the gas estimate goes out as a bare JSON-RPC request
+        (a revert in it raises `ContractRevert` before anything is sent)."""
+        call = {"from": self.address, "to": to, "data": "0x" + data.hex()}
+        try:
+            gas = int(int(rpc(self.w3, "eth_estimateGas", [call]), 16) * _GAS_MARGIN)
+        except Web3RPCError as exc:
+            raise revert_from_exception(exc) or exc from None
+        built = {"from": self.address, "to": to, "data": data, "value": 0, "gas": gas, "chainId": self._chain_id}
+        return self._send_built({**built, **self._fees(1.0)})
 
     def deploy(self, artifact: Artifact, *args: Any) -> str:
         """Deploy `artifact` with constructor `args`; returns the checksum address."""
@@ -148,12 +184,20 @@ class TxSender:
         )
 
     def _fees(self, bump: float) -> dict[str, int]:
+        """Fees for a try; a first try (`bump` 1) reuses fees fetched in the last `FEE_CACHE_SECONDS`."""
+        now = time.monotonic()
+        if bump == 1.0 and self._fee_cache is not None and now - self._fee_cache[0] < FEE_CACHE_SECONDS:
+            return self._fee_cache[1]
         block = self.w3.eth.get_block("latest")
         base = block.get("baseFeePerGas")
         if base is None:
-            return {"gasPrice": int(self.w3.eth.gas_price * bump)}
-        tip = int(self.w3.eth.max_priority_fee * bump) or 1
-        return {"maxPriorityFeePerGas": tip, "maxFeePerGas": int((2 * base + tip) * bump)}
+            fees = {"gasPrice": int(self.w3.eth.gas_price * bump)}
+        else:
+            tip = int(self.w3.eth.max_priority_fee * bump) or 1
+            fees = {"maxPriorityFeePerGas": tip, "maxFeePerGas": int((2 * base + tip) * bump)}
+        if bump == 1.0:
+            self._fee_cache = (now, fees)
+        return fees
 
     def _send_built(self, built: dict[str, Any]) -> TxReceipt:
         """Sign and send with a fresh nonce; the first try keeps the fees `built` carries (if any),
@@ -176,6 +220,7 @@ class TxSender:
                     if any(s in message for s in _UNDERPRICED):
                         bump *= 1.25
                         fees = {}
+                        self._fee_cache = None  # fees moved: the next transaction fetches them again
                         continue
                     revert = revert_from_exception(exc)
                     if revert is not None:

@@ -98,3 +98,43 @@ def test_a_mined_revert_is_replayed_and_named(anvil):
     with pytest.raises(ContractRevert) as early:
         token.mint(outsider.address, 1)
     assert early.value.name == "AccessControlUnauthorizedAccount"
+
+
+def test_hand_encoded_calls_and_sends_name_their_reverts(anvil):
+    from proofpool.chain.bindings import ComputePool
+    from proofpool.chain.deploy import deploy_contracts
+    from proofpool.chain.errors import ContractRevert
+
+    w3 = connect(anvil.url)
+    book = deploy_contracts(w3, TxSender(w3, Account.from_key(ANVIL_KEYS[0])))
+    outsider = TxSender(w3, Account.from_key(ANVIL_KEYS[5]))
+    pool = ComputePool(w3, book.compute_pool, outsider)
+    nonce = w3.eth.get_transaction_count(outsider.address)
+    # a pool that does not exist: the estimate reverts, nothing is sent
+    with pytest.raises(ContractRevert) as refused:
+        pool.submit_work(99, outsider.address, b"\x01" * 32, 10, 0)
+    assert refused.value.name == "ComputePoolNotActive"
+    assert w3.eth.get_transaction_count(outsider.address) == nonce
+    # reads by hand: the same answers as web3's, read-only bindings included
+    work = ComputePool(w3, book.compute_pool).get_work(1, b"\x01" * 32)
+    assert work.status.name == "NONE"
+    assert work.node == "0x0000000000000000000000000000000000000000"
+    latest = pool.latest_checkpoint(99)
+    assert (latest.version, latest.manifest_sha256, latest.uri, latest.published_at) == tuple(
+        pool.contract.functions.latestCheckpoint(99).call()
+    )
+
+
+def test_cached_fees_that_fell_short_are_fetched_again(anvil):
+    import time
+
+    w3 = connect(anvil.url)
+    sender = TxSender(w3, Account.from_key(ANVIL_KEYS[4]))
+    first = sender.transfer_eth(SINK, 1)
+    assert sender._fee_cache is not None  # the first try's fees are kept for the next transaction
+    # fees below the base fee (as if it had risen since): refused, bumped, fetched again
+    sender._fee_cache = (time.monotonic(), {"maxFeePerGas": 1, "maxPriorityFeePerGas": 1})
+    second = sender.transfer_eth(SINK, 1)
+    assert first["status"] == second["status"] == 1
+    assert w3.eth.get_transaction(second["transactionHash"])["maxFeePerGas"] > 1
+    assert sender._fee_cache is None
