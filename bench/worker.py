@@ -91,10 +91,9 @@ class TimedWorkerNode(WorkerNode):
     (That heartbeat goes out in the background at the end of batch 1's turn, while batch 2 is
     generated ahead: `worker.lookahead`.)"""
 
-    window_start: float | None = None
-
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self.window_start: float | None = None
         self.turns: list[float] = []
         """Wall seconds of each turn that generated a batch: turn k made batch k (in order)."""
 

@@ -11,7 +11,6 @@ is dropped otherwise (one batch lost when a checkpoint is published).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -43,7 +42,7 @@ def next_assignment(current: Assignment, node: str) -> Assignment:
 
 @dataclass(frozen=True)
 class Generated:
-    """A batch generated for `assignment` (from `model`) before the backend confirmed it."""
+    """A batch generated for `assignment` (from `model`), and how long that took."""
 
     assignment: Assignment
     model: Path
@@ -64,15 +63,13 @@ class Lookahead:
         self._beat = self._pool.submit(heartbeat)
         self._expected = (expected, model)
 
-    def generate(self, make: Callable[[Assignment, Path], RolloutFile]) -> Generated | None:
+    def generate(self, make: Callable[[Assignment, Path], Generated]) -> Generated | None:
         """Generate the expected batch with `make` while the heartbeat travels (None if none is)."""
         if self._expected is None:
             return None
         assignment, model = self._expected
         self._expected = None
-        started = time.monotonic()
-        rollout = make(assignment, model)
-        return Generated(assignment, model, rollout, time.monotonic() - started)
+        return make(assignment, model)
 
     def answer(self) -> Heartbeat | None:
         """The background heartbeat's answer (waiting for it; its failure raises here), or None

@@ -50,7 +50,7 @@ from worker.cheat import Cheater, CheatMode
 from worker.console import WorkerConsole
 from worker.engine import EngineConfig
 from worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
-from worker.lookahead import Lookahead, next_assignment
+from worker.lookahead import Generated, Lookahead, next_assignment
 from worker.models import EngineSlot, ModelResolver, Unservable
 from worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
 from worker.rollout import RolloutFile, generate_rollout_file
@@ -276,18 +276,16 @@ class WorkerNode:
             self._skip(a, problem)
             sleep_unless_stopped(self.stop, self._idle(beat))
             return
-        if early is not None and early.assignment == a and early.model == path:
-            rollout, seconds = early.rollout, early.seconds
-        else:
-            if early is not None:
-                ahead = early.assignment
+        made = early
+        if made is None or made.assignment != a or made.model != path:
+            if made is not None:
+                ahead = made.assignment
                 log.info(
                     "batch generated ahead dropped: the heartbeat assigned another",
                     extra={**self._context(), "version": ahead.checkpoint_version, "batch": ahead.batch},
                 )
-            started = time.monotonic()
-            rollout = self._generate(a, path)
-            seconds = time.monotonic() - started
+            made = self._generate(a, path)
+        rollout, seconds = made.rollout, made.seconds
         entry = self.journal.record_written(
             a.pool_id, a.checkpoint_version, a.batch, rollout.sha256, rollout.data, rollout.work_units, rollout.samples
         )
@@ -306,10 +304,11 @@ class WorkerNode:
         if not self._done() and not self.stop.is_set():
             self._lookahead.send(self.heartbeat, next_assignment(a, self.node), path)
 
-    def _generate(self, a: Assignment, path: Path) -> RolloutFile:
-        """Generate, prove, score and serialize the batch of `a` on the model in `path`."""
+    def _generate(self, a: Assignment, path: Path) -> Generated:
+        """Generate, prove, score and serialize the batch of `a` on the model in `path`, timed."""
         engine = self.engines.get(path)
         self.console.checkpoint(a.checkpoint_version)
+        started = time.monotonic()
         meta = RolloutFileMeta(a.pool_id, self.node)
 
         def generate() -> RolloutFile:
@@ -324,7 +323,8 @@ class WorkerNode:
                 model_version=a.checkpoint_version,
             )
 
-        return self.cheater.make_file(a, meta, generate) if self.cheater else generate()
+        rollout = self.cheater.make_file(a, meta, generate) if self.cheater else generate()
+        return Generated(a, path, rollout, time.monotonic() - started)
 
     def heartbeat(self) -> Heartbeat:
         """Heartbeat, carrying the pending report; marks the reported batch once the backend took it."""

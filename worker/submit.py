@@ -100,12 +100,12 @@ def submit(
     been mined after all."""
     node = client.address
     reverts = 0
-    tries = 0
+    look_up = not fresh
 
     def once() -> Submitted:
-        nonlocal tries
-        tries += 1
-        work = None if fresh and tries == 1 else client.pool.get_work(entry.pool_id, entry.work_key)
+        nonlocal look_up
+        work = client.pool.get_work(entry.pool_id, entry.work_key) if look_up else None
+        look_up = True  # every retry looks
         if work is not None and work.status is not WorkStatus.NONE:
             if work.node != node:
                 raise SubmitRefused(f"work key 0x{entry.work_key.hex()} was submitted by another node ({work.node})")

@@ -10,7 +10,7 @@ import pytest
 
 from proofpool.assignment import AssignmentConfig, Checkpoint, assign
 from proofpool.http.node_api import Assignment, Heartbeat
-from worker.lookahead import Lookahead, next_assignment
+from worker.lookahead import Generated, Lookahead, next_assignment
 from worker.rollout import RolloutFile
 
 NODE = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
@@ -53,9 +53,9 @@ def test_generation_runs_while_the_heartbeat_is_in_flight() -> None:
         assert generating.wait(10), "the batch was not generated while the heartbeat travelled"
         return beat(as_sent(8))
 
-    def make(assignment: Assignment, model: Path) -> RolloutFile:
+    def make(assignment: Assignment, model: Path) -> Generated:
         generating.set()
-        return RolloutFile(b"rows", b"\x00" * 32, len(assignment.task_ids), 15)
+        return Generated(assignment, model, RolloutFile(b"rows", b"\x00" * 32, len(assignment.task_ids), 15), 0.1)
 
     lookahead.send(heartbeat, as_sent(8), Path("/models/v4"))
     early = lookahead.generate(make)
