@@ -29,7 +29,7 @@ def vector(request: pytest.FixtureRequest) -> dict[str, Any]:
 
 
 def test_vectors_are_present() -> None:
-    assert VECTOR_FILES, f"no TOPLOC vectors in {VECTOR_DIR} (set PROOFPOOL_TOPLOC_VECTORS)"
+    assert VECTOR_FILES, f"no TOPLOC vectors in {VECTOR_DIR}"
 
 
 def test_build_matches_reference_bytes(vector: dict[str, Any]) -> None:
