@@ -4,7 +4,9 @@ Step n trains on files generated with checkpoint versions >= n - k (async level 
 producing with the versions they have while the trainer moves on, and files more than k versions
 old are off-policy enough to be left out. Only work a validator accepted is used (`accepted`, or
 `finalized` after the dispute window), so a cheater's rows never reach the gradient. Each file is
-used once; the keys seen are part of the trainer's resumable state.
+used once; the keys seen are part of the trainer's resumable state. Accepted is not trusted
+blindly either: every fetched file goes through `trainer.screen` (its hash, schema and values),
+and a file refused there is remembered in the poison list and never fetched again.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from dataclasses import dataclass, field
 
 from proofpool.errors import ProofpoolError, ServiceUnavailable
 from proofpool.http.ledger_client import LedgerClient, LedgerRefused
-from proofpool.rollout import RolloutFileError, RolloutSample, read_rollouts
+from proofpool.rollout import RolloutSample
 from proofpool.storage import rollout_key
 from proofpool.storage.s3 import ObjectStore, StorageError
+from trainer.screen import ModelLimits, PoisonList, Submission, screen_file
 
 log = logging.getLogger(__name__)
 
@@ -32,12 +35,16 @@ class NotEnoughRollouts(ProofpoolError):
 
 @dataclass
 class RolloutSource:
-    """Accepted files of one pool not used yet."""
+    """Accepted files of one pool not used yet, screened before they are handed out."""
 
     ledger: LedgerClient
     store: ObjectStore
     pool_id: int
     seen: set[bytes] = field(default_factory=set)
+    limits: ModelLimits | None = None
+    """The trained model's vocabulary and positions; None skips the checks that need them."""
+    poisoned: PoisonList = field(default_factory=PoisonList)
+    """Files refused by the screen: never fetched again, across restarts when it has a path."""
 
     def fetch_new(self, min_version: int, rows_wanted: int | None = None) -> list[tuple[bytes, list[RolloutSample]]]:
         """(work key, rows) of accepted files with model version >= `min_version` not seen yet, newest
@@ -50,27 +57,46 @@ class RolloutSource:
             row
             for row in self._usable()
             if int(row["model_version"]) >= min_version
-            and bytes.fromhex(row["work_key"].removeprefix("0x")) not in self.seen
+            and (key := _work_key(row)) not in self.seen
+            and key not in self.poisoned
         ]
         candidates.sort(key=lambda row: (-int(row["model_version"]), int(row["block_number"])))
         for row in candidates:
             if rows_wanted is not None and have >= rows_wanted:
                 break
-            key = bytes.fromhex(row["work_key"].removeprefix("0x"))
+            key = _work_key(row)
             self.seen.add(key)
-            try:
-                data = self.store.get_object(rollout_key(self.pool_id, row["node"], key.hex()))
-                _, rows = read_rollouts(data)
-            except (StorageError, RolloutFileError) as exc:  # accepted but unreadable now: skip, say so
-                log.warning("accepted file skipped: %s", exc, extra={"pool": self.pool_id, "work_key": row["work_key"]})
-                continue
-            found.append((key, rows))
-            have += len(rows)
+            rows = self._fetch(key, row)
+            if rows:
+                found.append((key, rows))
+                have += len(rows)
         return found
+
+    def _fetch(self, key: bytes, row: dict) -> list[RolloutSample]:
+        """The screened rows of one accepted file; [] when it cannot be fetched or nothing is fit.
+
+        A store error is not the file's fault, so it is only logged, not recorded as poisoned (the
+        file still counts as used: `fetch_new` marked it seen); what the screen finds is recorded
+        in the poison list.
+        """
+        try:
+            data = self.store.get_object(rollout_key(self.pool_id, row["node"], key.hex()))
+        except StorageError as exc:
+            log.warning("accepted file skipped: %s", exc, extra={"pool": self.pool_id, "work_key": row["work_key"]})
+            return []
+        sub = Submission(key, self.pool_id, str(row["node"]), int(row["model_version"]))
+        screened = screen_file(data, sub, self.limits)
+        if screened.problem is not None:
+            self.poisoned.record(key, screened.problem, pool_id=self.pool_id)
+        return screened.rows
 
     def _usable(self) -> Iterable[dict]:
         for status in USABLE_STATUSES:
             yield from self.ledger.items("submissions", {"pool_id": self.pool_id, "status": status})
+
+
+def _work_key(row: dict) -> bytes:
+    return bytes.fromhex(str(row["work_key"]).removeprefix("0x"))
 
 
 def gather(

@@ -14,16 +14,24 @@ then come from the start of each step, not from the generating policy).
 
 Because the loss is normalized by a constant, the sum of the micro-batches' losses is the loss
 of the whole step: no reweighting by micro-batch size is needed.
+
+Two guards. Under FSDP every forward and backward is a collective, so ranks with fewer
+micro-batches than the busiest run one-token padding passes (zero-weight in the backward) until
+all ranks have run the same number, in the no-grad pass too. And the optimizer step is taken
+only if the loss and every gradient are finite (`guarded_update`), decided the same on all ranks.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
+from torch import Tensor
 
 from proofpool.model.tokenizer import BOS_ID
 from proofpool.rollout import RolloutSample
@@ -42,6 +50,8 @@ from trainer.world import SINGLE, World
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -67,7 +77,10 @@ class StepMetrics:
     """Global gradient norm before clipping (0 when nothing was trained)."""
     seconds: float
     stepped: bool
-    """False when every group was dropped: no forward pass and no optimizer step was taken."""
+    """False when no optimizer step was taken: every group was dropped, or the step was skipped."""
+    skipped_nonfinite: bool
+    """The loss or a gradient was not finite, so the step was skipped and the weights left as they
+    were (`guarded_update`); 1 in the metrics CSV, whose column sum counts such steps."""
 
 
 def make_optimizer(model: torch.nn.Module, cfg: GrpoConfig) -> torch.optim.AdamW:
@@ -79,6 +92,63 @@ def make_optimizer(model: torch.nn.Module, cfg: GrpoConfig) -> torch.optim.AdamW
 def _micro_batches(rows: Sequence[RolloutSample], size: int) -> list[tuple[Sequence[RolloutSample], TokenBatch]]:
     """Rows in chunks of `size`, each padded to its own longest row."""
     return [(rows[i : i + size], make_batch(rows[i : i + size])) for i in range(0, len(rows), size)]
+
+
+def _padding_pass(model: torch.nn.Module) -> Tensor:
+    """Logits of a one-token forward pass: a rank with fewer micro-batches than the busiest runs
+    these (times zero when a backward is needed) so every rank joins every FSDP collective."""
+    device = next(model.parameters()).device
+    return model(input_ids=torch.tensor([[BOS_ID]], device=device)).logits
+
+
+def _old_logprobs(
+    model: torch.nn.Module,
+    batches: Sequence[tuple[Sequence[RolloutSample], TokenBatch]],
+    behavior: Mapping[BehaviorKey, Sequence[float]] | None,
+    passes: int,
+) -> list[Tensor]:
+    """The ratio's denominators: the behaviour policy's log-probabilities when given (no model
+    run), else the pre-update model's, padded to `passes` forward passes (call under no_grad)."""
+    if behavior is not None:
+        return [place_logprobs(chunk, batch, behavior) for chunk, batch in batches]
+    old = [token_logprobs(model, batch) for _, batch in batches]  # type: ignore[arg-type]
+    for _ in range(passes - len(batches)):
+        _padding_pass(model)
+    return old
+
+
+def _ref_logprobs(
+    ref_model: torch.nn.Module | None, batches: Sequence[tuple[Sequence[RolloutSample], TokenBatch]], passes: int
+) -> list[Tensor | None]:
+    """The KL term's reference log-probabilities (None each without a reference model), padded to
+    `passes` forward passes in case the reference model is sharded too (call under no_grad)."""
+    if ref_model is None:
+        return [None] * len(batches)
+    refs: list[Tensor | None] = [token_logprobs(ref_model, batch) for _, batch in batches]  # type: ignore[arg-type]
+    for _ in range(passes - len(batches)):
+        _padding_pass(ref_model)
+    return refs
+
+
+def guarded_update(
+    model: torch.nn.Module, optimizer: torch.optim.Optimizer, loss: float, max_grad_norm: float, world: World = SINGLE
+) -> tuple[float, bool]:
+    """Clip the accumulated gradients and step, unless the loss or a gradient is not finite.
+
+    One NaN or inf that reaches AdamW makes every weight it touches NaN, and the next published
+    checkpoint with them: such a step is skipped (gradients cleared, no optimizer step, a warning).
+    Under FSDP every rank must take the same decision or the ranks' shards diverge, so the flag is
+    all-reduced. Returns (global gradient norm before clipping, whether the step was taken).
+    """
+    # a NaN or inf anywhere makes the global norm non-finite; clipping by it then poisons the
+    # gradients too, which is harmless: they are cleared below instead of applied
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm))
+    if world.any(not (math.isfinite(loss) and math.isfinite(grad_norm))):
+        optimizer.zero_grad(set_to_none=True)
+        log.warning("non-finite loss or gradient, step skipped", extra={"loss": loss, "grad_norm": grad_norm})
+        return grad_norm, False
+    optimizer.step()  # gradients are left in place (clipped) for inspection; the next step clears them
+    return grad_norm, True
 
 
 def grpo_step(
@@ -121,15 +191,15 @@ def grpo_step(
             grad_norm=0.0,
             seconds=time.monotonic() - started,
             stepped=False,
+            skipped_nonfinite=False,
         )
     mine = world.shard(filtered.rows)  # whole groups per rank; every rank filtered the same rows
     batches = _micro_batches(mine, cfg.micro_batch)
+    passes = world.max(len(batches))  # FSDP: every rank runs as many passes as the busiest one
     model.train()
     with torch.no_grad():
-        old = [  # [mb, seq - 1] each: the behaviour policy, or the pre-update policy
-            token_logprobs(model, b) if behavior is None else place_logprobs(chunk, b, behavior) for chunk, b in batches
-        ]
-        refs = [token_logprobs(ref_model, b) for _, b in batches] if ref_model is not None else [None] * len(batches)
+        old = _old_logprobs(model, batches, behavior, passes)  # [mb, seq - 1] each
+        refs = _ref_logprobs(ref_model, batches, passes)
 
     optimizer.zero_grad(set_to_none=True)
     loss_total = 0.0
@@ -148,13 +218,12 @@ def grpo_step(
         tokens += n
         for name in sums:
             sums[name] += float(metrics[name]) * n
-    if not batches:  # FSDP needs every rank in the gradient reduction: a zero-weight pass
-        (model(input_ids=torch.tensor([[BOS_ID]])).logits.sum() * 0.0).backward()
+    for _ in range(passes - len(batches)):  # FSDP needs every rank in each gradient reduction
+        (_padding_pass(model).sum() * 0.0).backward()
     loss_total, tokens, *totals = world.sum([loss_total, tokens, *sums.values()])
     sums = dict(zip(sums, totals, strict=True))
     tokens = int(tokens)
-    grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-    optimizer.step()  # gradients are left in place (clipped) for inspection; the next step clears them
+    grad_norm, stepped = guarded_update(model, optimizer, loss_total, cfg.max_grad_norm, world)
     means = {name: total / max(tokens, 1) for name, total in sums.items()}
     return StepMetrics(
         loss=loss_total,
@@ -163,8 +232,9 @@ def grpo_step(
         groups_dropped=filtered.groups_dropped,
         samples=len(filtered.rows),
         tokens=tokens,
-        grad_norm=float(grad_norm),
+        grad_norm=grad_norm,
         seconds=time.monotonic() - started,
-        stepped=True,
+        stepped=stepped,
+        skipped_nonfinite=not stepped,
         **means,
     )

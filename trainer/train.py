@@ -44,6 +44,7 @@ from trainer.config import GrpoConfig
 from trainer.data import RolloutSource, gather
 from trainer.metrics import append_csv, plot, read_csv
 from trainer.policy import Policy
+from trainer.screen import ModelLimits, PoisonList
 from trainer.state import TrainerState, load_state, save_state
 from trainer.world import SINGLE, World, broadcast
 
@@ -89,9 +90,10 @@ def run_trainer(
     """Run `config.steps` steps; returns the last published version.
 
     Under `torch.distributed` this is rank 0: the only rank that reads the chain, the ledger, the
-    store and the state directory. It tells the other ranks (`follow_trainer`) what to do next
-    with one broadcast `Command` per step: the rows to train on, or stop, or abort after a failure
-    here, so a rank 0 that gives up never leaves the others waiting for a collective.
+    store and the state directory (where it also keeps the poison list of refused rollout files,
+    `trainer.screen`). It tells the other ranks (`follow_trainer`) what to do next with one
+    broadcast `Command` per step: the rows to train on, or stop, or abort after a failure here, so
+    a rank 0 that gives up never leaves the others waiting for a collective.
     """
     from proofpool.model.build import load_model
 
@@ -119,7 +121,14 @@ def run_trainer(
         raise
     _tell(world, Command("start", policy.blueprint()))
     policy = policy.shard(world, config.grpo)
-    source = RolloutSource(ledger, store, pool, set() if state is None else set(state.seen))
+    source = RolloutSource(
+        ledger,
+        store,
+        pool,
+        set() if state is None else set(state.seen),
+        limits=ModelLimits.of(policy.whole_model.config),
+        poisoned=PoisonList.load(config.state_dir),
+    )
     csv_path, png_path = config.out_dir / "metrics.csv", config.out_dir / "reward.png"
     ranks = f" on {world.size} ranks" if world.size > 1 else ""
     say(
@@ -168,6 +177,8 @@ def run_trainer(
             append_csv(csv_path, row)
             plot(read_csv(csv_path), png_path, f"pool {pool}: GRPO on accepted rollouts")
             log.info("checkpoint published", extra={"pool": pool, "version": published.version, "pruned": pruned})
+            if metrics.skipped_nonfinite:
+                say(f"step {step}: non-finite loss or gradient, optimizer step skipped (weights unchanged)")
             say(
                 f"step {step}: {len(rows)} samples, mean reward {row.get('mean_reward', float('nan')):.3f}, "
                 f"loss {row.get('loss', float('nan')):.4f} -> checkpoint {published.version} "

@@ -51,6 +51,19 @@ class World:
         dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
         return tensor.tolist()
 
+    def max(self, value: int) -> int:
+        """The largest `value` over all ranks: what every rank must do as many times as the busiest
+        (a collective; FSDP hangs when ranks run different numbers of forward/backward passes)."""
+        if self.size == 1:
+            return value
+        tensor = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+        return int(tensor.item())
+
+    def any(self, flag: bool) -> bool:
+        """True on every rank when `flag` is true on any (a collective: one decision for all)."""
+        return self.max(int(flag)) > 0
+
 
 SINGLE = World(0, 1)
 T = TypeVar("T")

@@ -28,6 +28,7 @@ from proofpool.storage import ObjectStore, rollout_key
 from proofpool.storage.seaweed import SeaweedProcess
 from proofpool.tasks.arithmetic import generate_problems, reward
 from tests.fixtures.market import Market
+from trainer.screen import POISON_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -123,4 +124,5 @@ def test_trainer_publishes_resumes_and_prunes(market: Market, seaweed: SeaweedPr
 
     csv_rows = (state / "metrics.csv").read_text().splitlines()
     assert len(csv_rows) == 3 and csv_rows[0].startswith("step,version")
+    assert not (state / POISON_FILE).exists()  # honest files pass the trainer's screen untouched
     assert (state / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

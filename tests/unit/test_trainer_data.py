@@ -6,6 +6,7 @@ choice of files, not the services (tests/integration/test_trainer_run.py runs th
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 from proofpool.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
@@ -16,7 +17,7 @@ NODE = "0x976EA74026E726554dB657fA54763abd0C3a0aa9"
 POOL = 1
 
 
-def _rows(version: int, count: int = 4) -> list[RolloutSample]:
+def _rows(version: int, count: int = 4, seed: int = 7) -> list[RolloutSample]:
     return [
         RolloutSample(
             problem_id="add-1-2",
@@ -25,7 +26,7 @@ def _rows(version: int, count: int = 4) -> list[RolloutSample]:
             completion_tokens=(4, 2),
             reward=0.0,
             advantage=0.0,
-            sampling_seed=7,
+            sampling_seed=seed,
             temperature=1.0,
             model_version=version,
             proofs=b"",
@@ -51,11 +52,13 @@ class FakeStore:
         return self.objects[key]
 
 
-def _market(files: list[tuple[int, int, str]]) -> RolloutSource:
-    """Files as (model version, block, status)."""
-    rows, objects = [], {}
+def _market(files: list[tuple[int, int, str]]) -> tuple[RolloutSource, list[bytes]]:
+    """Files as (model version, block, status); the source and the files' work keys (their sha256)."""
+    rows, objects, keys = [], {}, []
     for i, (version, block, status) in enumerate(files):
-        key = bytes([i + 1]) * 32
+        data = rollouts_bytes(RolloutFileMeta(POOL, NODE), _rows(version, seed=i))
+        key = hashlib.sha256(data).digest()
+        keys.append(key)
         rows.append(
             {
                 "work_key": "0x" + key.hex(),
@@ -65,23 +68,23 @@ def _market(files: list[tuple[int, int, str]]) -> RolloutSource:
                 "node": NODE,
             }
         )
-        objects[rollout_key(POOL, NODE, key.hex())] = rollouts_bytes(RolloutFileMeta(POOL, NODE), _rows(version))
-    return RolloutSource(FakeLedger(rows), FakeStore(objects), POOL)  # type: ignore[arg-type]
+        objects[rollout_key(POOL, NODE, key.hex())] = data
+    return RolloutSource(FakeLedger(rows), FakeStore(objects), POOL), keys  # type: ignore[arg-type]
 
 
 def test_takes_the_newest_versions_first_and_stops_when_it_has_enough() -> None:
-    source = _market([(0, 10, "accepted"), (2, 30, "accepted"), (1, 20, "finalized"), (2, 25, "accepted")])
+    source, keys = _market([(0, 10, "accepted"), (2, 30, "accepted"), (1, 20, "finalized"), (2, 25, "accepted")])
     first = source.fetch_new(min_version=0, rows_wanted=8)
     assert [rows[0].model_version for _, rows in first] == [2, 2]
-    assert [key[0] for key, _ in first] == [4, 2]  # same version: the earlier block first
+    assert [key for key, _ in first] == [keys[3], keys[1]]  # same version: the earlier block first
     rest = source.fetch_new(min_version=0, rows_wanted=8)
     assert [rows[0].model_version for _, rows in rest] == [1, 0]  # what was left, never a file twice
 
 
 def test_leaves_versions_below_the_window_and_pending_work_alone() -> None:
-    source = _market([(0, 10, "accepted"), (1, 20, "pending"), (1, 21, "invalid"), (1, 22, "accepted")])
+    source, keys = _market([(0, 10, "accepted"), (1, 20, "pending"), (1, 21, "invalid"), (1, 22, "accepted")])
     found = source.fetch_new(min_version=1)
-    assert [key[0] for key, _ in found] == [4]
+    assert [key for key, _ in found] == [keys[3]]
     assert source.fetch_new(min_version=0) != []  # the version-0 file was not marked used
 
 
@@ -92,7 +95,7 @@ def test_gather_rides_out_a_backend_that_is_down_for_a_while() -> None:
     from proofpool.errors import ServiceUnavailable
     from trainer.data import gather
 
-    source = _market([(0, 10, "accepted"), (0, 11, "accepted")])
+    source, _ = _market([(0, 10, "accepted"), (0, 11, "accepted")])
     ledger = source.ledger
     outages = [2]
     real_items = ledger.items
