@@ -5,6 +5,8 @@ sender to flush. `send_verdicts()` sends what is due and, while accepted keys wa
 to fill, schedules itself again for when the oldest is due. Both are idempotent: a redelivered
 `validate_submission` finds its recorded decision, and a flush reads the chain before sending.
 Only named transient errors are retried; a malformed file is a verdict, never an exception.
+Their soft time limits are enforced by `TimeLimitedTask` (the threads and solo pools ignore them):
+`SoftTimeLimitExceeded` fails the task like any other unexpected error.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from proofpool.broker import SEND_VERDICTS, VALIDATE_SUBMISSION, verdicts_queue
 from proofpool.chain.errors import NonceConflict, TxTimeout
 from proofpool.errors import ServiceUnavailable
 from validator import metrics
-from validator.celery_app import app
+from validator.celery_app import TimeLimitedTask, app
 from validator.models import ModelUnavailable
 from validator.pipeline import FileNotYetAvailable, HeldByAnother, Outcome, validate
 from validator.resources import resources
@@ -47,6 +49,7 @@ FAILED_SEND_RETRY = 5.0
 
 @app.task(
     name=VALIDATE_SUBMISSION,
+    base=TimeLimitedTask,  # the validate worker runs the threads pool, which ignores soft_time_limit
     bind=True,
     autoretry_for=TRANSIENT_ERRORS,
     retry_backoff=2,
@@ -75,6 +78,7 @@ def validate_submission(self: Task, pool_id: int, work_key: str) -> None:
 
 @app.task(
     name=SEND_VERDICTS,
+    base=TimeLimitedTask,  # the verdict sender runs the solo pool, which ignores soft_time_limit
     bind=True,
     autoretry_for=(*TRANSIENT_ERRORS, FlushBusy),
     retry_backoff=1,

@@ -81,6 +81,21 @@ def read_rollouts_table(data: bytes | bytearray | memoryview | str | Path) -> tu
     meta = RolloutFileMeta.from_metadata(schema.metadata)
     try:
         table = parquet.read()
+    except _READ_ERRORS as exc:
+        raise RolloutFileError("not_parquet", f"corrupt data: {exc}") from exc
+    return meta, validated_table(table)
+
+
+def validated_table(table: pa.Table) -> pa.Table:
+    """`table` (decoded from a file whose schema was validated) after a full validation and the null check.
+
+    Separate from `read_rollouts_table` so a reader that decodes in bounded steps (the validator,
+    `validator.checks.file`) applies the same checks to what it decoded.
+
+    Raises:
+        RolloutFileError: `not_parquet` (invalid UTF-8, list offsets out of range), `null_value`.
+    """
+    try:
         table.validate(full=True)  # e.g. invalid UTF-8 in problem_id, list offsets out of range
     except _READ_ERRORS as exc:
         raise RolloutFileError("not_parquet", f"corrupt data: {exc}") from exc
@@ -89,7 +104,7 @@ def read_rollouts_table(data: bytes | bytearray | memoryview | str | Path) -> tu
         nested = pa.types.is_list(column.type) and any(chunk.flatten().null_count for chunk in column.chunks)
         if column.null_count or nested:
             raise RolloutFileError("null_value", name)
-    return meta, table
+    return table
 
 
 def read_rollouts(data: bytes | bytearray | memoryview | str | Path) -> tuple[RolloutFileMeta, list[RolloutSample]]:

@@ -1,10 +1,12 @@
 """Checks 1-2a: the bytes are the submitted object, and they are a rollout file of this submission.
 
-Order: sha256 against the work key, size, then the Parquet footer (schema and metadata through
-`proofpool.rollout`, metadata against the submission, row count, a size estimate of the decoded
-table), and only then decompression and decoding. The footer comes first because it is small and
-bounds the rest: a file of a few KiB can hold billions of run-length encoded tokens, and decoding
-them would take the validator down instead of rejecting the file.
+Order: sha256 against the work key, size, the footer's own length, then the Parquet footer
+(schema and metadata through `proofpool.rollout`, metadata against the submission, row count,
+row groups, a size estimate of the decoded table), and only then decompression and decoding. The
+footer comes first because it is small and cheaply rejects most oversized files; but a file can
+falsify it, so it is never what keeps the validator safe. That is `validator.checks.decode`:
+everything that parses the file runs in a memory-capped child process with a timeout, and the
+decoding is bounded by a running count of what is actually decoded. See docs/validator-checks.md.
 """
 
 from __future__ import annotations
@@ -21,9 +23,10 @@ from proofpool.rollout import (
     RolloutFileError,
     RolloutFileMeta,
     RolloutSample,
-    read_rollouts_table,
     schema_error,
 )
+from proofpool.rollout.io import validated_table
+from validator.checks.decode import child_limits, decode_bounded, footer_length_error, run_in_child
 from validator.checks.facts import PoolRules, SubmissionFacts
 from validator.checks.verdict import Verdict, quote, reject
 
@@ -34,6 +37,10 @@ _PLAIN_ENCODINGS: Final = frozenset({"PLAIN", "RLE", "BIT_PACKED"})
 BIT_PACKED only encode levels here). Dictionary and delta encodings can repeat a value for free."""
 _FIXED_WIDTH_BYTES: Final = 8
 """Decoded size per value of a fixed-width column at most (int64, uint64)."""
+MAX_ROW_GROUPS: Final = 64
+"""pyarrow writes a rollout file (at most `PoolRules.max_rows` rows) as one row group; 64 allows
+other writers' small row groups. Each row group costs a read of every column however few rows it
+holds, and a flood of empty ones (165,000 in a 64 MiB file) is a way to spend memory and time."""
 LIST_LIMITS: Final = {"prompt_tokens": "max_prompt_tokens", "completion_tokens": "max_completion_tokens"}
 """List column -> the PoolRules field that caps its length per row."""
 
@@ -61,12 +68,34 @@ def read_file(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> ParsedFile
 
     Reasons: the rollout reader's (`not_parquet`, `wrong_schema_version`, `missing_column`,
     `extra_column`, `wrong_type`, `missing_metadata`, `bad_metadata`, `null_value`,
-    `value_out_of_range`), `metadata_mismatch`, `row_count`, `length_out_of_range` (more list values
-    in the footer than rows x limit) and `file_too_large` (decoded size estimate).
+    `value_out_of_range`), `metadata_mismatch`, `row_count`, `too_many_row_groups`,
+    `length_out_of_range` (more list values in the footer, or decoded, than rows x limit) and
+    `file_too_large` (footer length, decoded size estimate from the footer, decoded size measured,
+    or the decoding child's memory cap or timeout: evidence `decode`).
+
+    Runs the parsing in a memory-capped child process (`validator.checks.decode`) unless
+    `PROOFPOOL_VALIDATOR_DECODE_IN_CHILD=0`; never raises MemoryError.
+    """
+    too_big = footer_length_error(data)
+    if too_big is not None:
+        return too_big
+    limits = child_limits(rules.max_decoded_bytes)
+    if limits is None:
+        return parse_file(data, sub, rules)
+    return run_in_child(parse_file, (data, sub, rules), limits)
+
+
+def parse_file(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> ParsedFile | Verdict:
+    """`read_file` without the child: the footer checks, then decoding bounded by the decoded bytes.
+
+    Module-level so the decoding child can run it; called directly only where the caller bounds
+    its memory itself.
     """
     try:
         parquet = pq.ParquetFile(pa.BufferReader(data))
         schema, footer = parquet.schema_arrow, parquet.metadata
+    except MemoryError:  # see `_decode`
+        raise
     except _FOOTER_ERRORS as exc:
         return reject("not_parquet", detail=quote(str(exc) or type(exc).__name__))
     try:
@@ -76,26 +105,65 @@ def read_file(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> ParsedFile
         meta = RolloutFileMeta.from_metadata(schema.metadata)
     except RolloutFileError as exc:
         return reject(exc.reason, detail=quote(exc.detail))
-    mismatch = _metadata_mismatch(meta, sub)
-    if mismatch is not None:
-        return mismatch
+    rejected = _metadata_mismatch(meta, sub) or _footer_structure(footer, rules)
+    if rejected is not None:
+        return rejected
     rows = footer.num_rows
-    if not 1 <= rows <= rules.max_rows:
-        return reject("row_count", max(rows, 0), footer_rows=rows, max_rows=rules.max_rows)
     try:
         too_big = _footer_sizes(footer, rows, rules)
     except _FOOTER_ERRORS as exc:
         return reject("not_parquet", rows, detail=quote(f"unreadable footer: {exc}"))
     if too_big is not None:
         return too_big
+    return _decode(parquet, meta, rows, rules)
+
+
+def _footer_structure(footer: pq.FileMetaData, rules: PoolRules) -> Verdict | None:
+    """Row count and row groups from the footer, before reading any row group."""
+    rows = footer.num_rows
+    if not 1 <= rows <= rules.max_rows:
+        return reject("row_count", max(rows, 0), footer_rows=rows, max_rows=rules.max_rows)
+    if footer.num_row_groups > MAX_ROW_GROUPS:
+        return reject("too_many_row_groups", rows, row_groups=footer.num_row_groups, max_row_groups=MAX_ROW_GROUPS)
+    return None
+
+
+def _decode(parquet: pq.ParquetFile, meta: RolloutFileMeta, rows: int, rules: PoolRules) -> ParsedFile | Verdict:
+    """Decode with a running count of the decoded bytes, check the decoded list lengths, build the samples."""
     try:
-        _, table = read_rollouts_table(data)
-        if table.num_rows != rows:  # the footer lied about its row count
-            return reject("row_count", table.num_rows, footer_rows=rows, max_rows=rules.max_rows)
+        table = decode_bounded(parquet, rows, rules.max_decoded_bytes)
+        if isinstance(table, Verdict):
+            return table
+        table = validated_table(table)
+    except MemoryError:  # pa.ArrowMemoryError is also an ArrowException: the child's cap, not bad data
+        raise
+    except _FOOTER_ERRORS as exc:
+        return reject("not_parquet", rows, detail=quote(f"corrupt data: {exc}"))
+    except RolloutFileError as exc:
+        return reject(exc.reason, rows, detail=quote(exc.detail))
+    if table.num_rows != rows:  # the footer lied about its row count
+        return reject("row_count", table.num_rows, footer_rows=rows, max_rows=rules.max_rows)
+    too_long = _decoded_lengths(table, rows, rules)
+    if too_long is not None:
+        return too_long
+    try:
         samples = tuple(RolloutSample(**row) for row in table.select(ROLLOUT_SCHEMA.names).to_pylist())
     except RolloutFileError as exc:
         return reject(exc.reason, rows, detail=quote(exc.detail))
     return ParsedFile(meta, samples)
+
+
+def _decoded_lengths(table: pa.Table, rows: int, rules: PoolRules) -> Verdict | None:
+    """The footer's list-value bound again, on the decoded lists: a footer can under-state its counts.
+
+    Checked before the rows become Python objects, which cost ~30 times their Arrow size.
+    """
+    for name, limit_field in LIST_LIMITS.items():
+        values = sum(len(chunk.flatten()) for chunk in table.column(name).chunks)
+        limit = rows * getattr(rules, limit_field)
+        if values > limit:
+            return reject("length_out_of_range", rows, column=name, values=values, max_values=limit)
+    return None
 
 
 def _metadata_mismatch(meta: RolloutFileMeta, sub: SubmissionFacts) -> Verdict | None:

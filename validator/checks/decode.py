@@ -1,0 +1,235 @@
+"""Decoding untrusted Parquet where a hostile file cannot take the validator down.
+
+A rollout file's footer states the sizes of what it encodes, but nothing makes it tell the truth:
+a 569-byte file whose footer claims one value can hold a data page of ten million run-length
+encoded tokens, and a page header may claim up to 2**31 values. So the validator does not trust the
+footer for its safety; three bounds hold whatever the file says:
+
+1. Structure first (`footer_length_error`, and `MAX_ROW_GROUPS` in `validator.checks.file`): the
+   footer's own length is read from the file's last 8 bytes and capped before pyarrow parses it,
+   because parsing a footer of 165,000 row groups alone costs gigabytes.
+2. What is actually decoded (`decode_bounded`): batch by batch, with a running count of the
+   decoded Arrow buffers, stopping with `file_too_large` as soon as it passes the pool's cap.
+3. A memory-capped child process (`run_in_child`): one batch can still be a single row of billions
+   of tokens, decoded by pyarrow in one C++ call before anything can count it. The child has an
+   address-space limit (RLIMIT_AS) and a timeout; running out of either, or dying, is a
+   `file_too_large` verdict, and the validator process never holds the decoded bytes.
+
+The child is forked from a forkserver (`multiprocessing`), not from the validator process, which
+runs threads (Celery's threads pool, PyTorch) that fork must not copy; the forkserver preloads
+pyarrow and the checks so a fork costs milliseconds. `DECODE_IN_CHILD_ENV=0` turns the child off
+(the same checks then run in-process, bounded by 1 and 2 only) for environments that cannot fork.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import os
+import resource
+import struct
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from typing import Any, Final, TypeVar
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from validator.checks.facts import MIB
+from validator.checks.verdict import Verdict, reject
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+DECODE_IN_CHILD_ENV: Final = "PROOFPOOL_VALIDATOR_DECODE_IN_CHILD"
+"""`0` decodes in the calling process (tests that cannot fork); anything else, or unset, uses the child."""
+MAX_FOOTER_BYTES: Final = 1 * MIB
+"""An honest rollout footer (10 columns, one row group) is a few KiB; 1 MiB leaves room for other
+writers' statistics while keeping the footer's parse small (a 165,000-row-group footer is ~40 MiB)."""
+BATCH_ROWS: Final = 256
+"""Rows decoded per step of the running count: an honest 4,096-row file is 16 steps."""
+CHILD_TIMEOUT: Final = 60.0
+"""Seconds a child may take. An honest file of the largest allowed size decodes in well under a
+second; the bound is far below the task's soft time limit (600 s), so the verdict comes first."""
+CHILD_HEADROOM: Final = 512 * MIB
+"""Address space the child may use beyond twice the pool's decoded-size cap: the file's bytes,
+pyarrow's read and decompression buffers, and the Python objects of the samples."""
+_POLL_SECONDS: Final = 0.1
+"""The parent waits for the child in slices this long, so the task's enforced deadline
+(`validator.celery_app.TimeLimitedTask`), raised between bytecodes, interrupts the wait promptly."""
+_FORKSERVER_PRELOAD: Final = ["validator.checks.file"]
+"""Imported once by the forkserver, so a child starts with pyarrow and the checks loaded. (The main
+module is re-imported by each child only when it was started as a script path; the validator runs
+`python -m celery`, whose `celery.__main__` multiprocessing skips.)"""
+
+
+class DecodeChildError(RuntimeError):
+    """The child raised something other than MemoryError: a bug in the checks, not a verdict on the file.
+    The message carries the child's traceback."""
+
+
+@dataclass(frozen=True)
+class ChildLimits:
+    """The bounds of one decoding child."""
+
+    memory_bytes: int
+    """Address space the child may add to what it had when forked (RLIMIT_AS)."""
+    timeout_seconds: float = CHILD_TIMEOUT
+
+
+def child_limits(max_decoded_bytes: int) -> ChildLimits | None:
+    """The child's limits for a pool's decoded-size cap, or None when `DECODE_IN_CHILD_ENV` is `0`."""
+    if os.environ.get(DECODE_IN_CHILD_ENV, "1").strip() == "0":
+        return None
+    return ChildLimits(memory_bytes=2 * max_decoded_bytes + CHILD_HEADROOM)
+
+
+def start_forkserver() -> None:
+    """Start the forkserver and wait until it forks, not in the first check (its preload takes seconds).
+
+    Called when the validate worker is ready, so the first submission's time limit is not spent on
+    it: the first fork blocks, uninterruptibly, until the forkserver has imported its modules.
+    """
+    run_in_child(int, (), ChildLimits(memory_bytes=CHILD_HEADROOM))
+
+
+def _forkserver_context() -> multiprocessing.context.ForkServerContext:
+    context = multiprocessing.get_context("forkserver")
+    context.set_forkserver_preload(_FORKSERVER_PRELOAD)
+    return context
+
+
+def footer_length_error(data: bytes) -> Verdict | None:
+    """`file_too_large` if the footer's declared length passes `MAX_FOOTER_BYTES`, read without parsing.
+
+    A Parquet file ends with the footer's length (4 bytes, little-endian) and `PAR1`. Anything
+    shorter or without the magic is left to pyarrow, which names it `not_parquet`.
+    """
+    if len(data) < 12 or data[-4:] != b"PAR1":
+        return None
+    (length,) = struct.unpack("<I", data[-8:-4])
+    if length > MAX_FOOTER_BYTES:
+        return reject("file_too_large", footer_bytes=length, max_footer_bytes=MAX_FOOTER_BYTES)
+    return None
+
+
+def decode_bounded(parquet: pq.ParquetFile, rows: int, max_decoded_bytes: int) -> pa.Table | Verdict:
+    """The file's table, decoded `BATCH_ROWS` at a time and refused once the decoded buffers pass the cap.
+
+    The count is of the Arrow buffers actually produced (`get_total_buffer_size`), not of any size
+    the file claims, so a lying footer or page header cannot get past it; it can only make one
+    batch large, which the child's memory limit bounds.
+    """
+    batches: list[pa.RecordBatch] = []
+    decoded = 0
+    for batch in parquet.iter_batches(batch_size=BATCH_ROWS, use_threads=False):
+        decoded += batch.get_total_buffer_size()
+        if decoded > max_decoded_bytes:
+            return reject(
+                "file_too_large",
+                rows,
+                decoded_bytes=decoded,
+                decoded_rows=sum(b.num_rows for b in batches) + batch.num_rows,
+                max_decoded_bytes=max_decoded_bytes,
+            )
+        batches.append(batch)
+    return pa.Table.from_batches(batches, schema=parquet.schema_arrow)
+
+
+def run_in_child(target: Callable[..., R], args: tuple[Any, ...], limits: ChildLimits) -> R | Verdict:
+    """`target(*args)` in a forked child under `limits`; its result, or `file_too_large` if it ran out.
+
+    `target` must be a module-level function and its arguments and result picklable. Evidence
+    `decode` says which bound stopped it: `memory_cap` (MemoryError in the child), `killed` (the
+    child died from a signal, e.g. SIGABRT on a failed C++ allocation, or SIGKILL) or `timeout`.
+
+    Raises:
+        DecodeChildError: the child raised another exception, or exited without an answer.
+    """
+    context = _forkserver_context()
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child_main, args=(send, limits.memory_bytes, target, args), daemon=True)
+    started = time.monotonic()
+    child.start()
+    send.close()  # ours; the child holds its own end, so EOF means the child is gone
+    try:
+        return _await_child(child, receive, limits, started)
+    finally:
+        if child.is_alive():
+            child.kill()
+        child.join()
+        receive.close()
+
+
+def _await_child(
+    child: multiprocessing.process.BaseProcess, receive: Connection, limits: ChildLimits, started: float
+) -> Any:
+    """The child's answer mapped to a result, a verdict or DecodeChildError (see `run_in_child`)."""
+    deadline = started + limits.timeout_seconds
+    while not receive.poll(_POLL_SECONDS):
+        if time.monotonic() >= deadline:
+            child.kill()
+            return reject("file_too_large", decode="timeout", timeout_seconds=limits.timeout_seconds)
+    try:
+        kind, payload = receive.recv()
+    except EOFError:
+        child.join()
+        if child.exitcode is not None and child.exitcode < 0:
+            return reject(
+                "file_too_large", decode="killed", signal=-child.exitcode, memory_cap_bytes=limits.memory_bytes
+            )
+        raise DecodeChildError(f"decoding child exited with {child.exitcode} without an answer") from None
+    if kind == "ok":
+        return payload
+    if kind == "memory":
+        return reject("file_too_large", decode="memory_cap", memory_cap_bytes=limits.memory_bytes)
+    raise DecodeChildError(f"decoding child failed:\n{payload}")
+
+
+def _child_main(send: Connection, memory_bytes: int, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
+    """The child: cap the address space, run `target`, send ("ok", result), ("memory", None) or ("error", traceback).
+
+    Any exception other than MemoryError is sent as a traceback for the parent to raise: it is a
+    bug, and must not become a verdict on the file.
+    """
+    pa.allocate_buffer(1)  # pyarrow's mimalloc maps its first arena (~1 GiB) now, inside the baseline
+    _cap_address_space(memory_bytes)
+    try:
+        answer: tuple[str, Any] = ("ok", target(*args))
+    except MemoryError:
+        answer = ("memory", None)
+    except Exception:  # noqa: BLE001 - not swallowed: re-raised in the parent as DecodeChildError
+        answer = ("error", traceback.format_exc())
+    try:
+        send.send(answer)
+    except MemoryError:
+        send.send(("memory", None))
+    finally:
+        send.close()
+
+
+def _cap_address_space(extra_bytes: int) -> None:
+    """Limit the process's address space to what it maps now plus `extra_bytes` (RLIMIT_AS).
+
+    What the child maps at fork (the interpreter, pyarrow, the preloaded modules, and the arena
+    pyarrow's allocator reserves on first use) is not the file's doing, so the cap is relative to
+    it. Allocations inside that already reserved arena are not counted again, so the child's memory
+    is bounded by its mapped size at the cap plus `extra_bytes`, not by `extra_bytes` alone.
+    Linux only: elsewhere RLIMIT_AS is not enforced and
+    the child runs under the timeout and the decoded-bytes count alone, which is logged.
+    """
+    try:
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * resource.getpagesize()
+    except FileNotFoundError:
+        log.warning("no /proc/self/statm: the decoding child runs without an address-space limit")
+        return
+    _, hard = resource.getrlimit(resource.RLIMIT_AS)
+    soft = mapped + extra_bytes
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
