@@ -10,7 +10,9 @@ mismatch is a reorg, handled by `backend.indexer.reorg` (fork point, rollback, r
 Faults: a lost or restarted PostgreSQL (including `pg_terminate_backend`), an unreachable RPC
 node or broker are waited out with capped exponential backoff, logging what is awaited; the
 range in flight is rolled back by PostgreSQL and read again from the cursor, never skipped.
-Only one indexer writes at a time: it holds a session advisory lock while it runs.
+Only one indexer writes at a time: it holds a session advisory lock while it runs. Its sessions
+are bounded (`backend.indexer.session`): no DB call waits forever, and a session whose client is
+gone is ended by the server within `session_timeout`, so its lock never outlives it for long.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from backend.indexer.decode import FastDecoder
 from backend.indexer.outbox import Dispatcher, DispatchLoop, celery_sender, validation_tasks
 from backend.indexer.projections import apply_events
 from backend.indexer.reorg import conflict_in_range, find_fork, roll_back, tip_conflict
+from backend.indexer.session import connect
 from backend.indexer.source import ChainMoved, ChainSource, RangeBatch, RangeRefused
 from proofpool.chain.deploy import AddressBook
 from proofpool.config import Settings
@@ -55,6 +58,8 @@ class IndexerStats:
     tasks_sent: int = 0
     reorgs: int = 0
     retries: int = 0
+    lock_waits: int = 0
+    """Times the indexer found its lock held by another session and waited."""
     started: float = field(default_factory=time.monotonic)
 
     def as_dict(self) -> dict[str, float | int]:
@@ -67,6 +72,7 @@ class IndexerStats:
             "tasks_sent": self.tasks_sent,
             "reorgs": self.reorgs,
             "retries": self.retries,
+            "lock_waits": self.lock_waits,
             "seconds": round(time.monotonic() - self.started, 3),
         }
 
@@ -82,6 +88,10 @@ class IndexerOptions:
     """Start here instead of the cursor: re-index from an earlier block (idempotent), or set the
     first block of a fresh database. Never jumps ahead of an existing cursor (that would skip)."""
     max_backoff: float = 30.0
+    session_timeout: float = 60.0
+    """Seconds that bound every statement and idle transaction of the indexer's sessions and,
+    on PostgreSQL 14+, how long the server keeps a silent session (and so its lock) alive.
+    Must exceed `max_backoff` plus the slowest JSON-RPC call (the session idles meanwhile)."""
 
 
 class Indexer:
@@ -112,8 +122,8 @@ class Indexer:
         delay = 0.2
         while not stop.is_set():
             try:
-                conn = psycopg.connect(
-                    self.database_url, autocommit=True, connect_timeout=5, application_name=APPLICATION_NAME
+                conn = connect(
+                    self.database_url, application_name=APPLICATION_NAME, session_timeout=self.options.session_timeout
                 )
             except DB_ERRORS as exc:
                 problem = (
@@ -128,6 +138,7 @@ class Indexer:
                 return conn
             holder = chain_db.lock_holder(conn)
             conn.close()
+            self.stats.lock_waits += 1
             log.warning("waiting for the indexer lock", extra={"held_by_backend_pid": holder, "retry_in": delay})
             stop.wait(delay)
             delay = min(delay * 2, self.options.max_backoff)
@@ -200,7 +211,13 @@ class Indexer:
     def _start_dispatch(self) -> DispatchLoop | None:
         if self.dispatcher is None:
             return None
-        loop = DispatchLoop(self.dispatcher, self.database_url, self.options.poll_interval, self.options.max_backoff)
+        loop = DispatchLoop(
+            self.dispatcher,
+            self.database_url,
+            self.options.poll_interval,
+            self.options.max_backoff,
+            self.options.session_timeout,
+        )
         loop.start()
         return loop
 

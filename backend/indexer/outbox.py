@@ -29,6 +29,7 @@ from psycopg import Connection
 from backend.db import outbox as outbox_db
 from backend.db.outbox import OutboxTask, PendingRow
 from backend.indexer.records import IndexedEvent
+from backend.indexer.session import connect
 from proofpool.broker import VALIDATE_SUBMISSION, task_id_for
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,12 @@ class DispatchLoop(threading.Thread):
     """
 
     def __init__(
-        self, dispatcher: Dispatcher, database_url: str, poll_interval: float = 1.0, max_backoff: float = 30.0
+        self,
+        dispatcher: Dispatcher,
+        database_url: str,
+        poll_interval: float = 1.0,
+        max_backoff: float = 30.0,
+        session_timeout: float = 60.0,
     ) -> None:
         super().__init__(name="outbox-dispatch", daemon=True)
         self.dispatcher = dispatcher
@@ -142,6 +148,8 @@ class DispatchLoop(threading.Thread):
         self.stop = threading.Event()
         self.poll_interval = poll_interval
         self.max_backoff = max_backoff
+        self.session_timeout = session_timeout
+        """Bounds each statement and idle period of the dispatcher's session (`backend.indexer.session`)."""
         self.sent = 0
         self.retries = 0
         self.error: BaseException | None = None
@@ -173,8 +181,8 @@ class DispatchLoop(threading.Thread):
                 self._wake.clear()
                 try:
                     if conn is None or conn.closed:
-                        conn = psycopg.connect(
-                            self.database_url, autocommit=True, connect_timeout=5, application_name=DISPATCH_APP_NAME
+                        conn = connect(
+                            self.database_url, application_name=DISPATCH_APP_NAME, session_timeout=self.session_timeout
                         )
                     sent = self.dispatcher.dispatch_pending(conn)
                     delay = 0.2

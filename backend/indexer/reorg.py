@@ -6,7 +6,9 @@ logs, every range start and end) with the chain: a stored hash that differs from
 at the same height, a range whose first block does not extend the stored block before it, or a
 stored block the chain no longer has (anvil's `evm_revert` shortens the chain).
 
-Rollback, in one transaction: delete raw events and blocks at or above the fork point, delete
+Rollback, in one transaction: delete the validators' batch claims and validation rows of the
+submissions above the fork point (`backend.db.reorg`: else a re-submitted file of the same batch
+would be a `duplicate_batch`), delete raw events and blocks at or above the fork point, delete
 unsent outbox rows of those blocks, move the cursor back to the fork point, and rebuild the
 projections from the remaining raw events (only when events were removed). The follow loop
 then re-indexes the new chain from the fork point.
@@ -21,6 +23,7 @@ from psycopg import Connection
 
 from backend.db import chain as chain_db
 from backend.db import outbox as outbox_db
+from backend.db.reorg import delete_validator_state_from
 from backend.indexer.rebuild import rebuild_projections
 from backend.indexer.source import ChainSource, RangeBatch
 
@@ -36,6 +39,8 @@ class Rollback:
     fork_block: int
     events_removed: int
     tasks_removed: int
+    batch_claims_removed: int = 0
+    validations_removed: int = 0
 
 
 def conflict_in_range(conn: Connection, batch: RangeBatch) -> int | None:
@@ -76,14 +81,27 @@ def find_fork(conn: Connection, source: ChainSource, conflict: int, floor: int) 
 def roll_back(conn: Connection, fork_block: int) -> Rollback:
     """Remove everything at or above `fork_block` and recompute the projections, in the caller's
     transaction."""
+    validator_state = delete_validator_state_from(conn, fork_block)  # needs the events it names
     events_removed = chain_db.delete_from(conn, fork_block)
     tasks_removed = outbox_db.delete_undispatched_from(conn, fork_block)
     chain_db.set_cursor(conn, fork_block)
     if events_removed:
         rebuild_projections(conn)
-    rollback = Rollback(fork_block=fork_block, events_removed=events_removed, tasks_removed=tasks_removed)
+    rollback = Rollback(
+        fork_block=fork_block,
+        events_removed=events_removed,
+        tasks_removed=tasks_removed,
+        batch_claims_removed=validator_state.batch_claims,
+        validations_removed=validator_state.validations,
+    )
     log.warning(
         "reorg rolled back",
-        extra={"fork_block": fork_block, "events_removed": events_removed, "tasks_removed": tasks_removed},
+        extra={
+            "fork_block": fork_block,
+            "events_removed": events_removed,
+            "tasks_removed": tasks_removed,
+            "batch_claims_removed": validator_state.batch_claims,
+            "validations_removed": validator_state.validations,
+        },
     )
     return rollback

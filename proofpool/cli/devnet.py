@@ -56,7 +56,7 @@ def run(
     the backend, the indexer, two validators, the trainer and four workers (three honest, one
     cheater). Ends with the reward curve, a ledger table per provider and per validator, and
     exits 1 unless the cheater was slashed and ejected and no honest node was. Every process
-    it started is stopped on the way out, also on Ctrl-C.
+    it started is stopped on the way out, also on Ctrl-C (then the exit code is 130).
     """
     from proofpool.devnet.run import DevnetConfig, run_devnet, verify_ledger_of
 
@@ -73,11 +73,12 @@ def run(
         verdict_timeout=verdict_timeout,
     )
     console = Console()
-    outcome = run_devnet(
-        config,
-        console if console.is_terminal else Console(width=140),
-        verify=verify_ledger_of if verify_ledger else None,
-    )
+    console = console if console.is_terminal else Console(width=140)
+    try:
+        outcome = run_devnet(config, console, verify=verify_ledger_of if verify_ledger else None)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, wherever it landed: never a finished run's 0 or 1
+        console.print("[yellow]interrupted[/yellow]: every process the devnet started was stopped")
+        raise typer.Exit(130) from None
     raise typer.Exit(0 if outcome.ok else 1)
 
 

@@ -8,14 +8,14 @@ then the workers stop, every submission gets its verdict, the dispute window is 
 travel) and accepted work finalized, the ledger is verified against the chain, and a report says
 whether the market did its job: the cheater slashed and ejected, no honest node touched.
 
-Every process started is stopped on the way out, also on Ctrl-C or SIGTERM.
+Every process started is stopped on the way out, also on Ctrl-C or SIGTERM, and an interrupted
+run exits 130 whatever phase the signal lands in (`proofpool.devnet.interrupt`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -32,6 +32,7 @@ from proofpool.chain.deploy import grant_validator
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
+from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
 from proofpool.devnet.market import NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node, time_travel
 from proofpool.devnet.progress import Snapshot, live_table, read_snapshot, status_line
 from proofpool.devnet.report import Outcome, judge_market, provider_table, reward_curve, validator_table, write_json
@@ -138,21 +139,29 @@ def market(config: DevnetConfig, say: Say) -> Iterator[tuple[DevnetStack, Object
     redis_url = settings.redis_url.rsplit("/", 1)[0] + f"/{config.redis_db}"
     redis.Redis.from_url(redis_url).flushdb()
     say("starting SeaweedFS (S3 on loopback)")
-    with start_seaweed(root / "s3", access_key="devnet", secret_key="devnet-secret", bucket="proofpool") as s3:
-        stack = start_stack(
-            root / "stack",
-            database_url=url,
-            redis_url=redis_url,
-            s3_env=s3.env(),
-            extra_env={"PROOFPOOL_STATE_DIR": str(root / "state")},
-            dispatch=True,
-            budget=POOL_BUDGET,
-            say=say,
-        )
-        try:
-            yield stack, ObjectStore.from_settings(s3.settings(settings))
-        finally:
-            stack.close()
+    with contextlib.ExitStack() as cleanup:
+        # Started and its stop registered as one step: a Ctrl-C in between would leave `weed` running.
+        with deferred_interrupts():
+            s3 = start_seaweed(root / "s3", access_key="devnet", secret_key="devnet-secret", bucket="proofpool")
+            cleanup.callback(_stop_deferred, s3.stop)
+        with deferred_interrupts():  # the same for the stack (its start takes seconds, each step timed)
+            stack = start_stack(
+                root / "stack",
+                database_url=url,
+                redis_url=redis_url,
+                s3_env=s3.env(),
+                extra_env={"PROOFPOOL_STATE_DIR": str(root / "state")},
+                dispatch=True,
+                budget=POOL_BUDGET,
+                say=say,
+            )
+            cleanup.callback(stack.close)
+        yield stack, ObjectStore.from_settings(s3.settings(settings))
+
+
+def _stop_deferred(stop: Callable[[], None]) -> None:
+    with deferred_interrupts():
+        stop()
 
 
 def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
@@ -221,6 +230,7 @@ def follow(run: DevnetRun, show: Show, during: Show | None = None) -> Snapshot:
     stack = run.stack
     snapshot = read_snapshot(stack, run)
     while True:
+        check_interrupted()
         if during is not None:
             during(run, snapshot)
         assert run.trainer is not None
@@ -248,10 +258,12 @@ def settle(run: DevnetRun, say: Say) -> Snapshot:
     and finalize the accepted work; returns the settled state."""
     stack = run.stack
     say("trainer done: stopping the workers (each finishes or journals its batch)")
-    stop_all(list(run.workers.values()), timeout=40)
+    with deferred_interrupts():
+        stop_all(list(run.workers.values()), timeout=40)
     deadline = time.monotonic() + run.config.verdict_timeout
     snapshot = read_snapshot(stack, run)
     while snapshot.pending:
+        check_interrupted()
         if time.monotonic() > deadline:
             raise ProofpoolError(
                 f"{snapshot.pending} submission(s) still without a verdict after {run.config.verdict_timeout:.0f} s"
@@ -259,7 +271,8 @@ def settle(run: DevnetRun, say: Say) -> Snapshot:
         say(f"waiting for {snapshot.pending} verdict(s)")
         time.sleep(3)
         snapshot = read_snapshot(stack, run)
-    stop_all(list(run.validators.values()), timeout=30)
+    with deferred_interrupts():
+        stop_all(list(run.validators.values()), timeout=30)
     accepted = snapshot.accepted_keys
     window = stack.admin.pool.get_pool(stack.pool_id).dispute_window
     say(f"every submission judged; closing the {window} s dispute window and finalizing {len(accepted)} file(s)")
@@ -268,6 +281,7 @@ def settle(run: DevnetRun, say: Say) -> Snapshot:
         stack.admin.pool.finalize_work(stack.pool_id, accepted[start : start + FINALIZE_BATCH])
     deadline = time.monotonic() + 60
     while snapshot.accepted_keys:
+        check_interrupted()
         if time.monotonic() > deadline:
             raise ProofpoolError("the indexer did not record the finalizations within 60 s")
         time.sleep(1)
@@ -275,22 +289,19 @@ def settle(run: DevnetRun, say: Say) -> Snapshot:
     return snapshot
 
 
-def install_sigterm() -> None:
-    """SIGTERM behaves like Ctrl-C: the `finally` blocks stop every process started."""
-
-    def interrupt(_signum: int, _frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
-
-
 def run_devnet(
     config: DevnetConfig, console: Console, verify: Verify | None = None, during: Show | None = None
 ) -> Outcome:
     """Run the whole devnet and report; the caller exits non-zero unless `outcome.ok`.
 
+    Ctrl-C or SIGTERM at any point stops every process started and raises KeyboardInterrupt
+    (exit 130), also when the signal lands where Python would drop it (see `catch_interrupts`).
     `during(run, snapshot)` is called while the loop runs (fault drills)."""
-    install_sigterm()
+    with catch_interrupts():
+        return _run_devnet(config, console, verify, during)
+
+
+def _run_devnet(config: DevnetConfig, console: Console, verify: Verify | None, during: Show | None) -> Outcome:
     check_services()
     say = _sayer(console)
     # Built once here, before a dozen processes would each build it at the same time; the
@@ -304,7 +315,9 @@ def run_devnet(
             snapshot = _follow_with_view(run, console, during)
             snapshot = settle(run, say)
         finally:
-            stop_all(run.processes, timeout=30)
+            with deferred_interrupts():
+                stop_all(run.processes, timeout=30)
+        check_interrupted()
         ledger_problems = None
         if verify is not None:
             say("verifying the ledger: rebuilding it from chain events alone and diffing it with PostgreSQL")

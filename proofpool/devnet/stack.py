@@ -18,6 +18,7 @@ from proofpool.chain.deploy import deploy_contracts, write_address_book
 from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
+from proofpool.devnet.interrupt import deferred_interrupts
 from proofpool.devnet.market import Cast, devnet_pool_params, open_market
 from proofpool.devnet.services import Service, cli_environment, http_ok, spawn_cli, stop_all, wait_until
 
@@ -39,20 +40,24 @@ class DevnetStack:
 
     def spawn(self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> Service:
         """Start `proofpool ARGS` with the stack's environment (plus `extra_env`), logging to root/NAME.log."""
-        service = spawn_cli(name, args, {**self.env, **(extra_env or {})}, self.root / f"{name}.log")
-        self.services.append(service)
+        with deferred_interrupts():  # started means recorded, or `close()` would not stop it
+            service = spawn_cli(name, args, {**self.env, **(extra_env or {})}, self.root / f"{name}.log")
+            self.services.append(service)
         return service
 
     def restart(self, service: Service) -> Service:
         """Start a stopped (or killed) service again in its place in `services`."""
-        again = service.restarted()
-        self.services[self.services.index(service)] = again
+        with deferred_interrupts():
+            again = service.restarted()
+            self.services[self.services.index(service)] = again
         return again
 
     def close(self) -> None:
-        """Stop every service started here (all at once, 30 s grace), then the chain."""
-        stop_all(list(reversed(self.services)), timeout=30)
-        self.anvil.stop()
+        """Stop every service started here (all at once, 30 s grace), then the chain; a Ctrl-C
+        meanwhile does not cut this short."""
+        with deferred_interrupts():
+            stop_all(list(reversed(self.services)), timeout=30)
+            self.anvil.stop()
 
 
 def start_stack(
@@ -75,9 +80,11 @@ def start_stack(
     """
     root.mkdir(parents=True, exist_ok=True)
     cast = Cast()
-    anvil = start_anvil(log_path=root / "anvil.log")
+    anvil: AnvilProcess | None = None
     stack: DevnetStack | None = None
     try:
+        with deferred_interrupts():  # interrupted while waiting for it, start_anvil would leave it running
+            anvil = start_anvil(log_path=root / "anvil.log")
         w3 = connect(anvil.url)
         say(f"anvil on {anvil.url}: deploying the contracts")
         book = deploy_contracts(w3, TxSender(w3, cast.admin))
@@ -117,6 +124,7 @@ def start_stack(
     except BaseException:
         if stack is not None:
             stack.close()
-        else:
-            anvil.stop()
+        elif anvil is not None:
+            with deferred_interrupts():
+                anvil.stop()
         raise

@@ -286,9 +286,7 @@ class TcpProxy:
                 self._server.close()
                 self._server = None
             for sock in self._sockets:
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-                sock.close()
+                _hang_up(sock)
             self._sockets.clear()
 
     def _accept(self, server: socket.socket) -> None:
@@ -318,8 +316,18 @@ class TcpProxy:
             pass
         finally:
             for sock in (src, dst):
-                with contextlib.suppress(OSError):
-                    sock.close()
+                _hang_up(sock)
+
+
+def _hang_up(sock: socket.socket) -> None:
+    """Shut `sock` down, then close it. Shutdown first, always: a bare close() while the opposite
+    pipe thread is blocked in recv() on the same socket neither wakes that thread nor sends a FIN
+    (the blocked call keeps the socket open), so PostgreSQL never learns its client is gone and
+    the session lives on, holding the indexer lock, after the outage is over."""
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+    with contextlib.suppress(OSError):
+        sock.close()
 
 
 def test_a_postgres_outage_is_waited_out(fresh_anvil, clean_database):
@@ -328,23 +336,37 @@ def test_a_postgres_outage_is_waited_out(fresh_anvil, clean_database):
     proxy.up()
     via_proxy = clean_database.replace("127.0.0.1:5432", f"127.0.0.1:{proxy.port}")
     assert via_proxy != clean_database
-    indexer = make_indexer(world.market.w3, world.book, via_proxy, batch_blocks=2)
+    # A short session timeout: should a session outlive its client anyway, the server ends it
+    # (and its lock) within seconds, not never.
+    indexer = make_indexer(world.market.w3, world.book, via_proxy, batch_blocks=2, session_timeout=5.0)
     done: dict[str, object] = {}
     stop = threading.Event()
     runner = threading.Thread(target=lambda: done.setdefault("stats", indexer.run(once=True, stop=stop)))
     runner.start()
     try:
         wait_for(lambda: cursor(clean_database) > world.book.deploy_block + 4, "some progress")
+        before = indexer_backends(clean_database)
         proxy.down()
         wait_for(lambda: indexer.stats.retries >= 3, "the indexer to retry while the server is down")
+        # The outage is over for the server too: the session that held the lock has ended.
+        wait_for(lambda: not set(before) & set(indexer_backends(clean_database)), "the old sessions to end", 15)
         down_at = cursor(clean_database)
         proxy.up()
+        wait_for(lambda: not runner.is_alive(), "the indexer to catch up after the outage")
     finally:
-        runner.join(timeout=120)
         proxy.down()
-        stop.set()  # a runner still going would hold the indexer lock into the next tests
+        stop.set()
         runner.join(timeout=10)
-    assert done["stats"].retries >= 3 and down_at < cursor(clean_database)
+        if runner.is_alive():  # never hold the indexer lock into the next tests
+            query(
+                clean_database,
+                "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
+                (indexer_backends(clean_database),),
+            )
+            runner.join(timeout=10)
+    assert not runner.is_alive()
+    stats = done["stats"]
+    assert stats.retries >= 3 and stats.lock_waits == 0 and down_at < cursor(clean_database)
     assert len(submitted_keys(clean_database)) == 100
     result = snapshot(clean_database)
     assert without_dispatch_state(result) == without_dispatch_state(clean_run_snapshot(clean_database, world))

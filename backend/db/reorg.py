@@ -1,0 +1,51 @@
+"""Validator state that a reorg leaves dangling: the `batch_claims` (revision 0005) and
+`validations` (revision 0004) rows of submissions whose `WorkSubmitted` the reorg removed.
+
+Neither table is a chain projection (no block_number, not rebuilt from events), so the rollback
+of the chain tables does not reach them. Left in place, a removed submission's batch claim makes
+the node's re-submitted file of that batch a `duplicate_batch`, and its decided or sent
+validation row makes the validators skip the submission should the same transaction be mined
+again (its verdict transaction is gone with the reorg). Deleting both returns the submission to
+"never seen": if it comes back, it is dispatched and judged afresh.
+
+Called by `backend.indexer.reorg.roll_back` before the raw events are deleted, in its transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from psycopg import Connection
+
+DELETE_VALIDATOR_STATE_FROM = """
+    WITH removed AS (
+        SELECT (args->>'poolId')::numeric::bigint AS pool_id,
+               decode(substr(args->>'workKey', 3), 'hex') AS work_key
+          FROM chain_events
+         WHERE block_number >= %(block)s AND name = 'WorkSubmitted'
+    ), claims AS (
+        DELETE FROM batch_claims c USING removed r
+         WHERE c.pool_id = r.pool_id AND c.work_key = r.work_key
+        RETURNING 1
+    ), decisions AS (
+        DELETE FROM validations v USING removed r
+         WHERE v.pool_id = r.pool_id AND v.work_key = r.work_key
+        RETURNING 1
+    )
+    SELECT (SELECT count(*) FROM claims), (SELECT count(*) FROM decisions)"""
+
+
+@dataclass(frozen=True)
+class ValidatorStateRemoved:
+    """Rows deleted because their submission was rolled back."""
+
+    batch_claims: int
+    validations: int
+
+
+def delete_validator_state_from(conn: Connection, block: int) -> ValidatorStateRemoved:
+    """Delete the batch claims and validation rows of submissions indexed at or above `block`
+    (run it before the raw events are deleted: they say which submissions those are)."""
+    row = conn.execute(DELETE_VALIDATOR_STATE_FROM, {"block": block}).fetchone()
+    assert row is not None  # an aggregate always returns a row
+    return ValidatorStateRemoved(batch_claims=int(row[0]), validations=int(row[1]))
