@@ -113,8 +113,9 @@ def run_worker(stack, node, batch_size: int, batches: int, state_dir: Path) -> t
     """Run the worker for `batches` + 1 batches; its console and the node (window start, turns)."""
     with psycopg.connect(stack.env["DATABASE_URL"], autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO pool_assignment_config (pool_id, batch_size, group_size, max_tokens) VALUES (%s, %s, %s, %s)",
-            (stack.pool_id, batch_size, GROUP_SIZE, MAX_TOKENS),
+            "INSERT INTO pool_assignment_config (pool_id, batch_size, group_size, max_tokens, temperature)"
+            " VALUES (%s, %s, %s, %s, %s)",
+            (stack.pool_id, batch_size, GROUP_SIZE, MAX_TOKENS, TEMPERATURE),
         )
     settings = get_settings().model_copy(
         update={
@@ -128,7 +129,6 @@ def run_worker(stack, node, batch_size: int, batches: int, state_dir: Path) -> t
         pool_id=stack.pool_id,
         state_dir=state_dir / "journal",
         checkpoint_cache_dir=state_dir / "checkpoints",
-        temperature=TEMPERATURE,
         max_batches=batches + 1,
         idle_interval=0.2,
         backoff=Backoff(initial=0.2),

@@ -12,6 +12,7 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Final
 
+import numpy as np
 from eth_utils import to_canonical_address
 
 from proofpool.tasks.arithmetic import generate_problems
@@ -39,22 +40,36 @@ class AssignmentConfig:
     """Samples per problem; GRPO advantages are computed within each group."""
     max_tokens: int = 8
     """Completion budget per sample (an answer below 199 plus `<eos>` needs at most 4)."""
+    temperature: float = 1.0
+    """Sampling temperature of every sample. The pool's, never the node's: a node free to choose it
+    could sample colder to raise its rewards or hotter to lengthen completions and farm work units,
+    with every token still genuine. Validators reject rows at any other temperature."""
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "group_size", "max_tokens"):
             value = getattr(self, name)
             if not 1 <= value <= 4096:
                 raise ValueError(f"{name} must be in 1..4096, got {value}")
+        if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
+            raise ValueError(f"temperature must be in {MIN_TEMPERATURE}..{MAX_TEMPERATURE}, got {self.temperature}")
+        # The value every party compares: rows store float32, so the pool's setting is rounded alike.
+        object.__setattr__(self, "temperature", float(np.float32(self.temperature)))
 
     def with_overrides(
-        self, batch_size: int | None = None, group_size: int | None = None, max_tokens: int | None = None
+        self,
+        batch_size: int | None = None,
+        group_size: int | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
     ) -> AssignmentConfig:
         """This config with the non-None overrides applied (a pool's row may set only some)."""
-        changes = {
-            k: v
-            for k, v in (("batch_size", batch_size), ("group_size", group_size), ("max_tokens", max_tokens))
-            if v is not None
+        overrides = {
+            "batch_size": batch_size,
+            "group_size": group_size,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
         }
+        changes = {k: v for k, v in overrides.items() if v is not None}
         return replace(self, **changes) if changes else self
 
 
@@ -81,6 +96,7 @@ class Assignment:
     sampling_seed: int
     group_size: int
     max_tokens: int
+    temperature: float
 
 
 def derive_seed(purpose: bytes, pool_id: int, node: str, version: int, batch: int) -> int:
@@ -122,4 +138,5 @@ def assign(
         sampling_seed=sampling_seed(pool_id, node, checkpoint.version, batch),
         group_size=config.group_size,
         max_tokens=config.max_tokens,
+        temperature=config.temperature,
     )

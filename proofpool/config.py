@@ -106,8 +106,6 @@ class Settings(BaseSettings):
     checkpoints through, the object store being the last resort; comma-separated in
     PROOFPOOL_CHECKPOINT_RELAYS, empty by default. Relays are untrusted: what they serve is
     checked against the manifest, and the manifest against the chain."""
-    worker_temperature: float = Field(1.0, gt=0, le=10)
-    """Sampling temperature of the rollouts (written into every row; validators divide by it)."""
 
     # --- validator ---
     validator_sample_rate: float = Field(1.0, ge=0, le=1)
@@ -125,6 +123,10 @@ class Settings(BaseSettings):
     """Dtype of the recomputation (bf16 matches the workers' vLLM, fp32 is slower and as strict)."""
     async_window: int = Field(2, ge=0)
     """Accepted model versions: the pool's latest checkpoint and the `async_window` before it."""
+    validator_stale_grace: float = Field(60.0, ge=0)
+    """Seconds of grace for one version below the window: such a file is not stale when the latest
+    checkpoint was published less than this before its submission (two checkpoints published
+    seconds apart must not slash an honest node that was assigned just before them). 0: none."""
     verdict_batch: int = Field(32, ge=1, le=256)
     """Accepted keys per `attestWork` transaction."""
     verdict_max_wait: float = Field(5.0, gt=0)

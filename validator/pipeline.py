@@ -28,6 +28,7 @@ from typing import Final
 
 from psycopg import Connection
 
+from proofpool.assignment import AssignmentConfig
 from proofpool.errors import ProofpoolError
 from proofpool.storage import rollout_key
 from proofpool.storage.s3 import ObjectNotFound, ObjectTooLarge
@@ -35,7 +36,7 @@ from validator import store
 from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from validator.checks.verdict import reject
 from validator.resources import Resources
-from validator.submissions import IndexedSubmission, assigned_max_tokens, get_submission
+from validator.submissions import IndexedSubmission, get_submission, last_issued_batch, pool_assignment
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +79,8 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
         sub = get_submission(conn, pool_id, work_key)
         if sub.status != "pending":
             return Result(Outcome.ALREADY_JUDGED)
-        max_tokens = assigned_max_tokens(conn, pool_id)
+        assignment = pool_assignment(conn, pool_id)
+        issued = last_issued_batch(conn, pool_id, sub.node, sub.model_version)
         claim = store.claim(conn, pool_id, work_key, res.address, lease_seconds=res.settings.validator_lease)
         held_for = store.claimed_elsewhere(conn, pool_id, work_key) if claim is None else None
     if held_for is not None:
@@ -89,7 +91,7 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
         return Result(Outcome.ALREADY_DECIDED)
 
     selected = is_selected(res, sub)
-    verdict = judge(res, sub, selected, max_tokens)
+    verdict = judge(res, sub, selected, assignment, issued)
     with res.connection() as conn:
         verdict = first_of_its_batch(conn, sub, verdict)
         store.record_decision(
@@ -125,16 +127,26 @@ def first_of_its_batch(conn: Connection, sub: IndexedSubmission, verdict: Verdic
     )
 
 
-def judge(res: Resources, sub: IndexedSubmission, selected: bool, max_tokens: int) -> Verdict:
-    """The verdict on `sub`; raises `FileNotYetAvailable` while a missing file may still appear."""
+def judge(
+    res: Resources, sub: IndexedSubmission, selected: bool, assignment: AssignmentConfig, last_issued: int
+) -> Verdict:
+    """The verdict on `sub`, whose pool hands out `assignment` and handed the node batches up to
+    `last_issued` of its version; raises `FileNotYetAvailable` while a missing file may still appear."""
     facts = SubmissionFacts(sub.pool_id, sub.work_key, sub.node, sub.work_units, sub.model_version)
+    # The window as of the block that recorded the submission: a file that was fresh when
+    # submitted is not made stale by the time it waited for a validator.
+    latest = res.client.pool.latest_checkpoint(sub.pool_id, block=sub.block_number)
     rules = PoolRules(
-        # The window as of the block that recorded the submission: a file that was fresh when
-        # submitted is not made stale by the time it waited for a validator.
-        latest_version=res.client.pool.latest_checkpoint(sub.pool_id, block=sub.block_number).version,
+        latest_version=latest.version,
         async_window=res.settings.async_window,
+        stale_grace=res.settings.validator_stale_grace,
+        latest_published_before=sub.submitted_at.timestamp() - latest.published_at if latest.published_at else None,
         max_file_bytes=res.settings.upload_max_bytes,  # nothing larger can have been uploaded honestly
-        max_completion_tokens=max_tokens,
+        max_completion_tokens=assignment.max_tokens,
+        temperature=assignment.temperature,
+        batch_size=assignment.batch_size,
+        group_size=assignment.group_size,
+        last_issued_batch=last_issued,
     )
     try:
         data = res.store.get_object(

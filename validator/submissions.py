@@ -13,7 +13,7 @@ from datetime import datetime
 from psycopg import Connection
 from psycopg.rows import class_row
 
-from proofpool.assignment import DEFAULT_ASSIGNMENT
+from proofpool.assignment import DEFAULT_ASSIGNMENT, AssignmentConfig
 from proofpool.errors import ProofpoolError
 
 SELECT_SUBMISSION = """
@@ -21,14 +21,30 @@ SELECT_SUBMISSION = """
     FROM submissions WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s"""
 
 
-SELECT_MAX_TOKENS = "SELECT max_tokens FROM pool_assignment_config WHERE pool_id = %(pool_id)s"
+SELECT_ASSIGNMENT_CONFIG = """
+    SELECT batch_size, group_size, max_tokens, temperature FROM pool_assignment_config
+    WHERE pool_id = %(pool_id)s"""
 
 
-def assigned_max_tokens(conn: Connection, pool_id: int) -> int:
-    """The completion budget the orchestrator hands this pool's workers (an honest completion
-    shorter than it ends with EOS, which the sampling check relies on)."""
-    row = conn.execute(SELECT_MAX_TOKENS, {"pool_id": pool_id}).fetchone()
-    return DEFAULT_ASSIGNMENT.max_tokens if row is None or row[0] is None else int(row[0])
+def pool_assignment(conn: Connection, pool_id: int) -> AssignmentConfig:
+    """The assignment settings the orchestrator hands this pool's workers (NULL columns keep the
+    defaults, as in the orchestrator): the batch and group sizes a file must fill, the completion
+    budget (an honest completion shorter than it ends with EOS) and the temperature of every row."""
+    row = conn.execute(SELECT_ASSIGNMENT_CONFIG, {"pool_id": pool_id}).fetchone()
+    return DEFAULT_ASSIGNMENT if row is None else DEFAULT_ASSIGNMENT.with_overrides(*row)
+
+
+SELECT_LAST_ISSUED_BATCH = """
+    SELECT last_batch FROM issued_batches
+    WHERE pool_id = %(pool_id)s AND node = %(node)s AND model_version = %(version)s"""
+
+
+def last_issued_batch(conn: Connection, pool_id: int, node: str, version: int) -> int:
+    """The highest batch the orchestrator handed `node` for checkpoint `version` (0, the first
+    batch of a version, when it handed out no other)."""
+    params = {"pool_id": pool_id, "node": node, "version": version}
+    row = conn.execute(SELECT_LAST_ISSUED_BATCH, params).fetchone()
+    return 0 if row is None else int(row[0])
 
 
 class SubmissionNotIndexed(ProofpoolError):

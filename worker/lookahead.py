@@ -23,8 +23,8 @@ from worker.rollout import RolloutFile
 
 def next_assignment(current: Assignment, node: str) -> Assignment:
     """The batch after `current`, as the backend hands it out once `current` is reported (same
-    checkpoint, same batch size, group size and token budget)."""
-    config = AssignmentConfig(len(current.task_ids), current.group_size, current.max_tokens)
+    checkpoint, same batch size, group size, token budget and temperature)."""
+    config = AssignmentConfig(len(current.task_ids), current.group_size, current.max_tokens, current.temperature)
     checkpoint = Checkpoint(current.checkpoint_version, current.manifest_sha256, current.checkpoint_uri)
     upcoming = assign(current.pool_id, node, checkpoint, current.batch + 1, config)
     return Assignment(
@@ -37,6 +37,7 @@ def next_assignment(current: Assignment, node: str) -> Assignment:
         sampling_seed=upcoming.sampling_seed,
         group_size=current.group_size,
         max_tokens=current.max_tokens,
+        temperature=current.temperature,
     )
 
 

@@ -81,7 +81,6 @@ class WorkerConfig:
     state_dir: Path
     """This node's journal and unsubmitted files."""
     checkpoint_cache_dir: Path
-    temperature: float = 1.0
     base_model: Path | None = None
     """Local directory of the pool's version-0 model when it is not a devnet model."""
     engine: EngineConfig = field(default_factory=EngineConfig)
@@ -318,7 +317,7 @@ class WorkerNode:
                 a.task_ids,
                 group_size=a.group_size,
                 sampling_seed=a.sampling_seed,
-                temperature=self.config.temperature,
+                temperature=a.temperature,
                 max_tokens=a.max_tokens,
                 model_version=a.checkpoint_version,
             )

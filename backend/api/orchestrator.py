@@ -72,6 +72,9 @@ class AssignmentOut(BaseModel):
     sampling_seed: str = Field(description="uint64 seed of the Gumbel-max sampler, as a decimal string.")
     group_size: int = Field(description="Samples per problem.")
     max_tokens: int = Field(description="Completion budget per sample.")
+    temperature: float = Field(
+        description="Sampling temperature, the pool's: validators reject rows sampled at any other."
+    )
 
 
 class HeartbeatOut(BaseModel):
@@ -137,6 +140,7 @@ async def heartbeat(
             sampling_seed=str(a.sampling_seed),
             group_size=a.group_size,
             max_tokens=a.max_tokens,
+            temperature=a.temperature,
         )
     reply = HeartbeatOut(
         node=result.node,

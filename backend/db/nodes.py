@@ -87,6 +87,7 @@ class HeartbeatContext:
     batch_size: int | None
     group_size: int | None
     max_tokens: int | None
+    temperature: float | None
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ SELECT_HEARTBEAT_CONTEXT = (
            p.status AS pool_status,
            c.version AS checkpoint_version, c.manifest_sha256, c.uri AS checkpoint_uri,
            nb.model_version AS batch_version, nb.batch,
-           cfg.batch_size, cfg.group_size, cfg.max_tokens
+           cfg.batch_size, cfg.group_size, cfg.max_tokens, cfg.temperature
     FROM nodes n
     LEFT JOIN node_announcements a ON a.address = n.address"""
     + _MEMBERSHIP_LATERAL
@@ -295,16 +296,25 @@ async def upsert_announcement(
 # --------------------------------------------------------------------------- batch counters
 
 ADVANCE_BATCH = """
-    INSERT INTO node_batches (pool_id, node, model_version, batch)
-    VALUES (%(pool_id)s, %(node)s, %(version)s, %(completed)s + 1)
-    ON CONFLICT (pool_id, node) DO UPDATE
-       SET model_version = EXCLUDED.model_version, batch = EXCLUDED.batch, updated_at = now()
-     WHERE node_batches.model_version <> EXCLUDED.model_version OR node_batches.batch = %(completed)s
-    RETURNING batch"""
+    WITH advanced AS (
+        INSERT INTO node_batches (pool_id, node, model_version, batch)
+        VALUES (%(pool_id)s, %(node)s, %(version)s, %(completed)s + 1)
+        ON CONFLICT (pool_id, node) DO UPDATE
+           SET model_version = EXCLUDED.model_version, batch = EXCLUDED.batch, updated_at = now()
+         WHERE node_batches.model_version <> EXCLUDED.model_version OR node_batches.batch = %(completed)s
+        RETURNING pool_id, node, model_version, batch
+    ), issued AS (
+        INSERT INTO issued_batches (pool_id, node, model_version, last_batch)
+        SELECT pool_id, node, model_version, batch FROM advanced
+        ON CONFLICT (pool_id, node, model_version) DO UPDATE
+           SET last_batch = GREATEST(issued_batches.last_batch, EXCLUDED.last_batch), updated_at = now()
+    )
+    SELECT batch FROM advanced"""
 
 
 async def advance_batch(conn: AsyncConnection, pool_id: int, node: str, version: int, completed: int) -> bool:
-    """Move `node` past batch `completed` of checkpoint `version`.
+    """Move `node` past batch `completed` of checkpoint `version`, and record batch `completed` + 1
+    as handed out (`issued_batches`, which validators bound a file's batch by).
 
     The caller checks that `completed` is the node's current batch (0 when the row is missing
     or holds an older version); the WHERE clause makes two racing heartbeats advance once.

@@ -69,6 +69,7 @@ NOT_COMPARED: Mapping[str, str] = {
     "node_announcements": "what nodes told the backend, off-chain",
     "pool_invites": "invites the manager key signed, off-chain",
     "node_batches": "per-node batch counters of the orchestrator, off-chain",
+    "issued_batches": "the highest batch the orchestrator handed each node per version, off-chain",
     "pool_assignment_config": "orchestrator settings, off-chain",
 }
 """Tables of the schema deliberately left out, and why (the integration test checks that every

@@ -107,5 +107,5 @@ async def heartbeat(
         manifest_sha256=None if ctx.manifest_sha256 is None else bytes(ctx.manifest_sha256),
         uri=ctx.checkpoint_uri,
     )
-    config = DEFAULT_ASSIGNMENT.with_overrides(ctx.batch_size, ctx.group_size, ctx.max_tokens)
+    config = DEFAULT_ASSIGNMENT.with_overrides(ctx.batch_size, ctx.group_size, ctx.max_tokens, ctx.temperature)
     return HeartbeatResult(node, state, ctx.pool_id, assign(ctx.pool_id, node, checkpoint, batch, config))

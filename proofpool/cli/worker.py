@@ -14,11 +14,9 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from proofpool.assignment import MAX_TEMPERATURE, MIN_TEMPERATURE
 from proofpool.cli.common import JsonOption, RpcOption, console, print_json
 from proofpool.cli.logs import enable_progress_logs
 from proofpool.config import get_settings
-from proofpool.errors import ConfigError
 from worker.cheat import CheatMode
 
 app = typer.Typer(no_args_is_help=True)
@@ -61,15 +59,6 @@ def run(
         Path | None,
         typer.Option("--base-model", help="Local directory of the pool's version-0 model (non-devnet pools)."),
     ] = None,
-    temperature: Annotated[
-        float | None,
-        typer.Option(
-            "--temperature",
-            min=MIN_TEMPERATURE,
-            max=MAX_TEMPERATURE,
-            help="Sampling temperature, in the range validators accept. Default: $PROOFPOOL_WORKER_TEMPERATURE (1.0).",
-        ),
-    ] = None,
     wait_for_provider: Annotated[
         bool,
         typer.Option("--wait-for-provider", help="Do not join with an invite; wait until the provider joins the node."),
@@ -104,19 +93,12 @@ def run(
     from worker.node import WorkerConfig, WorkerNode
 
     settings = get_settings()
-    temperature = settings.worker_temperature if temperature is None else temperature
-    if not MIN_TEMPERATURE <= temperature <= MAX_TEMPERATURE:
-        raise ConfigError(
-            f"PROOFPOOL_WORKER_TEMPERATURE={temperature} is outside {MIN_TEMPERATURE}..{MAX_TEMPERATURE}: validators "
-            "reject such files and the node would be slashed"
-        )
     account = load_account(key, env_var=NODE_KEY_ENV)
     enable_progress_logs("worker", "proofpool.checkpoint")
     config = WorkerConfig(
         pool_id=pool,
         state_dir=_state_dir(state_dir, account.address),
         checkpoint_cache_dir=settings.checkpoint_cache_dir.expanduser(),
-        temperature=temperature,
         base_model=base_model,
         join=not wait_for_provider,
         max_batches=max_batches,

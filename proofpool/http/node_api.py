@@ -37,6 +37,8 @@ class Assignment:
     sampling_seed: int
     group_size: int
     max_tokens: int
+    temperature: float
+    """The pool's sampling temperature (every row of the file must carry it)."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Assignment:
@@ -51,6 +53,7 @@ class Assignment:
             sampling_seed=int(data["sampling_seed"]),
             group_size=int(data["group_size"]),
             max_tokens=int(data["max_tokens"]),
+            temperature=float(data["temperature"]),
         )
 
 

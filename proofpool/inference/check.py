@@ -21,9 +21,10 @@ import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from proofpool.inference.prefill import Recomputation, prefill_batch
+from proofpool.sampling.ties import DEFAULT_TIE_ALPHA, TieTest, tie_test
 from proofpool.sampling.verify import (
     DEFAULT_TIE_TOLERANCE,
     SamplingCheck,
@@ -32,8 +33,8 @@ from proofpool.sampling.verify import (
     sampling_verdict,
     verify_batch,
 )
-from proofpool.toploc import ChunkCheck, toploc_verdict, verify_proof_blobs_batch
-from proofpool.toploc.verify import ToplocReason
+from proofpool.toploc import DEFAULT_TOPK, ChunkCheck, toploc_verdict, verify_proof_blobs_batch
+from proofpool.toploc.verify import NO_MATCH, ToplocReason
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
@@ -41,9 +42,79 @@ if TYPE_CHECKING:
     from proofpool.rollout import RolloutSample
 
 SampleReason = ToplocReason | SamplingReason
+FileReason = Literal["file_statistic", "tie_steering"]
+"""Why `file_verdict` rejected a file whose checked rows each passed."""
+
+MAX_FILE_MANT_ERR_MEAN: Final = 2.0
+"""Largest mean |mantissa difference| over a file's chunks that passes. Honest devnet files
+(vLLM bf16 worker, bf16 and fp32 validators, bench/results/detection.jsonl) run at 0.52-0.76 on
+the task and 0.91-1.15 on 48-token completions; a file from the checkpoint one trainer step away at
+3.9-5.5 (docs/verifiable-inference.md)."""
+MAX_FILE_EXP_MISMATCH_RATE: Final = 0.04
+"""Largest share of exponent mismatches over a file's chunks that passes (honest: 0.005-0.024;
+the neighbouring checkpoint: 0.052-0.076)."""
 
 _SELECTION_DOMAIN: Final = b"proofpool/spot-check/v1"
 """Prefix of the per-row selection hash, so the draw cannot be confused with any other use of the seed."""
+
+
+@dataclass(frozen=True)
+class FileStatistic:
+    """TOPLOC's agreement averaged over every chunk of a file's checked rows (rows that failed
+    TOPLOC on their own are left to their row verdict): a model that is a little off on every row
+    stays inside the per-chunk thresholds but not inside honest files' means.
+
+    A count of chunks beyond a tighter per-chunk threshold would also see a model used on a few rows
+    only, but honest chunks have a heavy tail on long contexts (one honest 48-token chunk reached a
+    mantissa mean of 8.05 against the row threshold of 10), so no such threshold had a measured
+    false-positive rate to rest on; see docs/verifiable-inference.md."""
+
+    chunks: int
+    """Chunks with a usable proof and at least one exponent match."""
+    mant_err_mean: float
+    """Mean over those chunks of their mean |mantissa difference| (0.0 without chunks)."""
+    exp_mismatch_rate: float
+    """Exponent mismatches per committed entry over those chunks (0.0 without chunks)."""
+
+    @property
+    def rejected(self) -> bool:
+        """The file's activations drift further from the recomputation than honest files do."""
+        return self.mant_err_mean > MAX_FILE_MANT_ERR_MEAN or self.exp_mismatch_rate > MAX_FILE_EXP_MISMATCH_RATE
+
+
+def file_statistic(verdicts: Sequence[SampleVerdict]) -> FileStatistic:
+    """The TOPLOC file statistic of `verdicts` (the checked rows of one file)."""
+    chunks = [c for v in verdicts for c in v.toploc if c.error is None and c.mant_err_mean < NO_MATCH]
+    if not chunks:
+        return FileStatistic(0, 0.0, 0.0)
+    return FileStatistic(
+        chunks=len(chunks),
+        mant_err_mean=sum(c.mant_err_mean for c in chunks) / len(chunks),
+        exp_mismatch_rate=sum(c.exp_mismatches for c in chunks) / (len(chunks) * DEFAULT_TOPK),
+    )
+
+
+@dataclass(frozen=True)
+class FileVerdict:
+    """The file-level tests over checked rows that each passed on their own."""
+
+    accepted: bool
+    reason: FileReason | None
+    """`file_statistic` (TOPLOC drift over the file) before `tie_steering`, as TOPLOC runs first."""
+    statistic: FileStatistic
+    ties: TieTest
+
+
+def file_verdict(verdicts: Sequence[SampleVerdict], tie_alpha: float = DEFAULT_TIE_ALPHA) -> FileVerdict:
+    """Judge what per-row thresholds cannot see: small differences that add up over a file.
+
+    Only rows that passed count (a rejected row already rejects the file, and its numbers would
+    swamp the statistic); with none, both tests pass vacuously."""
+    passed = [v for v in verdicts if v.accepted]
+    statistic = file_statistic(passed)
+    ties = tie_test((v.sampling for v in passed), alpha=tie_alpha)
+    reason: FileReason | None = "file_statistic" if statistic.rejected else "tie_steering" if ties.rejected else None
+    return FileVerdict(reason is None, reason, statistic, ties)
 
 
 @dataclass(frozen=True)

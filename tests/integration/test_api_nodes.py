@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import time
 
+import numpy as np
 import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
@@ -150,6 +151,7 @@ def test_member_gets_deterministic_assignment_and_batches_advance(api: ApiHarnes
         "sampling_seed": str(expected.sampling_seed),
         "group_size": 8,
         "max_tokens": 8,
+        "temperature": 1.0,
     }
     assert api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"] == work  # retries are stable
 
@@ -165,6 +167,12 @@ def test_member_gets_deterministic_assignment_and_batches_advance(api: ApiHarnes
     api.add_checkpoint(3, 3, hashlib.sha256(b"manifest v3").digest())
     assert report(2, 2) == 0  # a new checkpoint starts at batch 0
     assert report(3, 0) == 1
+    # What validators bound a file's batch by: the highest batch handed out, per version.
+    issued = api.conn.execute(
+        "SELECT model_version, last_batch FROM issued_batches WHERE pool_id = 3 AND node = %s ORDER BY 1",
+        (node.address,),
+    ).fetchall()
+    assert issued == [(2, 2), (3, 1)]
 
 
 def test_unservable_assignment_is_kept_as_the_nodes_problem_until_it_finishes_a_batch(api: ApiHarness) -> None:
@@ -196,9 +204,12 @@ def test_malformed_unservable_report_is_refused(api: ApiHarness, problem: dict) 
 
 def test_pool_settings_override_defaults(api: ApiHarness) -> None:
     node, _ = member(api)
-    api.conn.execute("INSERT INTO pool_assignment_config (pool_id, batch_size, max_tokens) VALUES (1, 3, 12)")
+    api.conn.execute(
+        "INSERT INTO pool_assignment_config (pool_id, batch_size, max_tokens, temperature) VALUES (1, 3, 12, 0.7)"
+    )
     work = api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"]
     assert (len(work["task_ids"]), work["group_size"], work["max_tokens"]) == (3, 8, 12)
+    assert work["temperature"] == float(np.float32(0.7))  # the pool's, as every row stores it
     assert (work["checkpoint_version"], work["manifest_sha256"]) == (0, None)
 
 

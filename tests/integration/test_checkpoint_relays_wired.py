@@ -99,7 +99,7 @@ def test_a_worker_fetches_through_the_relays_of_its_settings(
         monkeypatch.undo()
         get_settings.cache_clear()
     pool_id = checkpoint.manifest.pool_id
-    assignment = Assignment(pool_id, 1, checkpoint.manifest_sha256, checkpoint.uri, 0, (), 0, 8, 4)
+    assignment = Assignment(pool_id, 1, checkpoint.manifest_sha256, checkpoint.uri, 0, (), 0, 8, 4, 1.0)
 
     path = resolver.resolve(assignment)
 

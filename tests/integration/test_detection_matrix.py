@@ -27,16 +27,16 @@ from typing import Any
 import pytest
 import torch
 
-from proofpool.inference.check import SampleVerdict, check_samples
+from proofpool.inference.check import SampleVerdict, check_samples, file_verdict
 from proofpool.inference.prefill import prefill_batch
 from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
 from proofpool.model.build import ModelSpec, create_model, load_model
 from proofpool.model.cache import ensure_devnet_model
-from proofpool.model.tokenizer import CHARACTERS, EOS_ID, VOCAB
-from proofpool.model.warmup import WarmupSpec
+from proofpool.model.tokenizer import CHARACTERS, EOS_ID, VOCAB, encode_text
+from proofpool.model.warmup import WarmupSpec, train
 from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
-from proofpool.sampling import sample_tokens
-from proofpool.tasks.arithmetic import Problem, generate_problems
+from proofpool.sampling import DEFAULT_TIE_TOLERANCE, sample_tokens, scores
+from proofpool.tasks.arithmetic import Problem, generate_problems, problem_from_id
 from proofpool.toploc import build_proofs, join_proofs
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -240,6 +240,8 @@ def test_honest_multi_chunk_completions_verify(world: World) -> None:
         note = f"T={temperature}, {sum(n > 32 for n in sizes)} longer than 32 tokens, up to {max(sizes)}"
         row = record(world, f"honest multi-chunk, validator in {precision}", "accept", verdicts, note)
         assert row.rejected == 0, row.reasons
+        files = [file_verdict(verdicts[i : i + 64]) for i in range(0, len(verdicts), 64)]
+        assert all(f.accepted for f in files), [(f.reason, f.statistic, f.ties) for f in files]
     assert sum(n > 32 for n in sizes) >= 2
 
 
@@ -418,6 +420,76 @@ def test_broken_proofs_are_rejected(world: World, name: str, tamper: Callable[[b
     broken = [dataclasses.replace(s, proofs=tamper(s.proofs)) for s in honest_subset(world)]
     row = record(world, name, reason, judge(world, broken))
     _assert_all_rejected(row, reason)
+
+
+# --- file-level tests: cheats that pass row by row ------------------------------------------
+
+
+def _steered_generation(model: Any, samples: Sequence[RolloutSample]) -> list[list[int]]:
+    """The seeded sampler at T=1, except that the right answer's next token is committed wherever it
+    scores within the tie tolerance of the best: every token passes the per-row sampling check."""
+    out = []
+    with torch.inference_mode():
+        for index, s in enumerate(samples):
+            target = [*encode_text(problem_from_id(s.problem_id).target), EOS_ID]
+            tokens: list[int] = []
+            for position in range(MAX_TOKENS):
+                logits = model(input_ids=torch.tensor([list(s.prompt_tokens) + tokens])).logits[0, -1:].float()
+                row = scores(logits, TEMPERATURE, SAMPLING_SEED, index, torch.tensor([position]))[0]
+                token = int(row.argmax())
+                on_track = tokens == target[: len(tokens)] and len(tokens) < len(target)
+                if on_track and float(row[token] - row[target[len(tokens)]]) <= DEFAULT_TIE_TOLERANCE:
+                    token = target[len(tokens)]
+                tokens.append(token)
+                if token == EOS_ID:
+                    break
+            out.append(tokens)
+    return out
+
+
+def test_steered_near_ties_are_rejected_by_the_tie_test(world: World) -> None:
+    """Reward steering through the tie tolerance: each row passes, the file does not."""
+    originals = honest_subset(world)
+    completions = _steered_generation(world.bf16, originals)
+    steered = prove_with(
+        world.bf16,
+        [dataclasses.replace(s, completion_tokens=tuple(c)) for s, c in zip(originals, completions, strict=True)],
+    )
+    for precision in ("bf16", "fp32"):
+        verdicts = judge(world, steered, precision)
+        whole = file_verdict(verdicts)
+        t = whole.ties
+        note = f"file: {whole.reason}, {t.flips} flips of {t.near_ties} near-ties, p <= {t.p_value:.1e}"
+        row = record(world, f"reward steering through near-ties, {precision}", "tie_steering", verdicts, note)
+        assert row.rejected <= 2, row.reasons  # the per-row check passes (almost) every steered row
+        assert whole.reason == "tie_steering", whole
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_honest_files_pass_the_file_tests(world: World, precision: str) -> None:
+    """The file-level tests on the honest files, in 64-row files as workers submit them."""
+    verdicts = judge(world, world.honest, precision)
+    files = [file_verdict(verdicts[i : i + 64]) for i in range(0, len(verdicts), 64)]
+    worst_p = min(f.ties.p_value for f in files)
+    worst_mant = max(f.statistic.mant_err_mean for f in files)
+    note = f"{len(files)} files: smallest tie p {worst_p:.2g}, largest file mantissa mean {worst_mant:.2f}"
+    record(world, f"honest files, file tests, {precision}", "accept", [], note)
+    assert all(f.accepted for f in files), [f.reason for f in files]
+
+
+def test_neighbor_checkpoint_is_rejected_by_the_file_statistic(world: World) -> None:
+    """Generated and proven with the checkpoint one trainer step away (one AdamW step at lr 2e-4):
+    most rows pass TOPLOC and sampling, the file's mean TOPLOC error does not."""
+    neighbor = load_model(world.model_path, "fp32")
+    train(neighbor, WarmupSpec(steps=1, lr=2e-4, data_seed=4242))
+    cheated = _model_cheat(world, neighbor.to(torch.bfloat16).eval())
+    for precision in ("bf16", "fp32"):
+        verdicts = judge(world, cheated, precision)
+        files = [file_verdict(verdicts[i : i + 64]) for i in range(0, len(verdicts), 64)]
+        note = "files: " + ", ".join(str(f.reason) for f in files)
+        row = record(world, f"checkpoint one step away, {precision}", "file_statistic", verdicts, note)
+        assert row.rejected < row.samples  # row by row, most of it passes
+        assert all(f.reason == "file_statistic" for f in files), [f.statistic for f in files]
 
 
 def test_sampler_follows_the_persistent_batch() -> None:

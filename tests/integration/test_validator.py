@@ -133,11 +133,15 @@ class Bench:
         return assigned_rows(self.model, self.market.pool_id, node, self.honest_version, batch)
 
     def submit_rows(
-        self, change: Callable[[list[RolloutSample]], list[RolloutSample]] = list, version: int | None = None
+        self,
+        change: Callable[[list[RolloutSample]], list[RolloutSample]] = list,
+        version: int | None = None,
+        batch: int = 0,
     ) -> bytes:
-        """Submit a fresh node's honest rows of its batch 0, passed through `change`, as its file."""
+        """Submit a fresh node's honest rows of its batch `batch` (the orchestrator handed it
+        batch 0 only), passed through `change`, as its file."""
         node, as_node = self.new_node()
-        rows = change(self.rows_for(node.address))
+        rows = change(self.rows_for(node.address, batch))
         key = self.upload(node.address, rollouts_bytes(RolloutFileMeta(self.market.pool_id, node.address), rows))
         units = sum(len(r.completion_tokens) for r in rows)
         version = self.honest_version if version is None else version
@@ -244,8 +248,15 @@ BAD_FILES: list[tuple[str, Callable[[Bench], bytes], str]] = [
                                            for r in rows]),
      "token_out_of_range"),
     ("huge file", lambda b: b.submit(os.urandom(2 * SMALL_UPLOAD_CAP)), "file_too_large"),
-    ("hostile proofs", lambda b: b.submit_rows(lambda rows: [replace(r, proofs=r.proofs[:7]) for r in rows]),
+    ("proofs cut short", lambda b: b.submit_rows(lambda rows: [replace(r, proofs=r.proofs[:7]) for r in rows]),
+     "proof_count_mismatch"),
+    ("hostile proofs of the right size",
+     lambda b: b.submit_rows(lambda rows: [replace(r, proofs=bytes(len(r.proofs))) for r in rows]),
      "proof_malformed"),
+    ("rows at a temperature other than the pool's",
+     lambda b: b.submit_rows(lambda rows: [replace(r, temperature=0.5) for r in rows]), "temperature_mismatch"),
+    ("the last group dropped", lambda b: b.submit_rows(lambda rows: rows[:-8]), "group_layout"),
+    ("a batch the orchestrator has not handed out", lambda b: b.submit_rows(batch=3), "seed_not_assigned"),
     ("model version outside the async window",
      lambda b: b.submit_rows(lambda rows: [replace(r, model_version=9) for r in rows], version=9),
      "unknown_model_version"),

@@ -39,7 +39,9 @@ POOL_ID = 3
 META = RolloutFileMeta(pool_id=POOL_ID, node=NODE)
 SEED = sampling_seed(POOL_ID, NODE, VERSION, BATCH)
 """The files answer the node's batch 2 (its seed and problems), as validators require."""
-RULES = PoolRules(latest_version=VERSION + 1, max_completion_tokens=MAX_TOKENS)
+RULES = PoolRules(
+    latest_version=VERSION + 1, max_completion_tokens=MAX_TOKENS, batch_size=N_PROBLEMS, group_size=GROUP_SIZE
+)
 PLUS_ID = VOCAB.index("+")
 """A token the warmed model never writes in an answer: an edit to it trails the sampled token by far."""
 TOPLOC_OR_SAMPLING = {"toploc_exp_mismatch", "toploc_mantissa", "sampling_mismatch"}
@@ -171,9 +173,7 @@ CHEATS: list[tuple[str, Callable[[World], list[RolloutSample]], dict[str, Any], 
     ("completion token edited, re-proven", lambda w: _edit(w, 6, PLUS_ID, reprove=True), {}, {"sampling_mismatch"}, 6),
     ("completion token edited, proofs kept", lambda w: _edit(w, 7, PLUS_ID, reprove=False), {}, TOPLOC_OR_SAMPLING, 7),
     ("another model's generation and proofs", _other_model, {}, {"toploc_exp_mismatch", "toploc_mantissa"}, 0),
-    ("proofs truncated by 2 bytes", _proofs(3, lambda p: p[:-2]), {}, {"proof_malformed"}, 3),
     ("proofs zeroed", _proofs(4, lambda p: bytes(len(p))), {}, {"proof_malformed"}, 4),
-    ("proofs removed", _proofs(5, lambda p: b""), {}, {"proof_count_mismatch"}, 5),
     ("proofs of another problem's row", _proofs_of(1, 9), {}, {"toploc_exp_mismatch", "toploc_mantissa"}, 1),
     ("reward flipped", _flip_reward, {}, {"reward_mismatch"}, 9),
     ("advantage shifted", _shift_advantage, {}, {"advantage_mismatch"}, 10),
@@ -223,6 +223,20 @@ def test_cheap_failures_never_load_the_model(world: World, sub: dict[str, Any], 
     world.loads.clear()
     verdict = judge(world, world.honest, sub=sub, rules=rules)
     assert verdict.reason == reason
+    assert world.loads == [] and verdict.checked_rows == 0
+
+
+@pytest.mark.parametrize(
+    ("tamper", "row"),
+    [(_proofs(3, lambda p: p[:-2]), 3), (_proofs(5, lambda p: b""), 5), (_proofs(6, lambda p: p + p[:258]), 6)],
+    ids=["proofs truncated by 2 bytes", "proofs removed", "a proof too many"],
+)
+def test_proof_sizes_are_checked_on_every_row_without_the_model(
+    world: World, tamper: Callable[[World], list[RolloutSample]], row: int
+) -> None:
+    world.loads.clear()
+    verdict = judge(world, tamper(world))
+    assert (verdict.reason, verdict.evidence["row"]) == ("proof_count_mismatch", row)
     assert world.loads == [] and verdict.checked_rows == 0
 
 

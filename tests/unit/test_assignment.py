@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from proofpool.assignment import (
@@ -62,6 +63,19 @@ def test_config_overrides_and_defaults() -> None:
     assignment = assign(1, NODE, Checkpoint(), 0, config)
     assert (len(assignment.task_ids), assignment.group_size, assignment.max_tokens) == (3, 8, 16)
     assert assignment.checkpoint == Checkpoint(0, None, None)
+
+
+def test_the_temperature_is_the_pools_and_rounded_as_rows_store_it() -> None:
+    config = DEFAULT_ASSIGNMENT.with_overrides(temperature=0.7)
+    assignment = assign(1, NODE, Checkpoint(), 0, config)
+    assert assignment.temperature == float(np.float32(0.7)) != 0.7
+    assert assign(1, NODE, Checkpoint(), 0).temperature == 1.0
+
+
+@pytest.mark.parametrize("value", [0.0, 0.04, 10.5, float("nan"), float("inf")])
+def test_temperature_bounds(value: float) -> None:
+    with pytest.raises(ValueError, match="temperature"):
+        AssignmentConfig(temperature=value)
 
 
 @pytest.mark.parametrize("field", ["batch_size", "group_size", "max_tokens"])

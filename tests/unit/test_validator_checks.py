@@ -36,7 +36,7 @@ NODE = "0x" + "ab" * 20
 POOL_ID = 7
 VERSION = 3
 META = RolloutFileMeta(pool_id=POOL_ID, node=NODE)
-RULES = PoolRules(latest_version=VERSION)
+RULES = PoolRules(latest_version=VERSION, batch_size=3, group_size=4)
 BATCH = 5
 PROBLEMS = tuple(problem_from_id(task) for task in task_ids(POOL_ID, NODE, VERSION, BATCH, 3))
 """The problems of the node's batch 5: honest files answer an assignment (`check_assignment`)."""
@@ -245,12 +245,76 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
         tamper(edit_row(4, temperature=float("nan"))),
         {},
         {},
-        "temperature_out_of_range",
+        "temperature_mismatch",
         {"row": 4, "temperature": "nan"},
     ),
-    ("temperature 0", tamper(edit_row(4, temperature=0.0)), {}, {}, "temperature_out_of_range", {"row": 4}),
-    ("temperature 1e-30", tamper(edit_row(0, temperature=1e-30)), {}, {}, "temperature_out_of_range", {}),
-    ("temperature 100", tamper(edit_row(7, temperature=100.0)), {}, {}, "temperature_out_of_range", {"row": 7}),
+    ("temperature 0", tamper(edit_row(4, temperature=0.0)), {}, {}, "temperature_mismatch", {"row": 4}),
+    ("temperature 1e-30", tamper(edit_row(0, temperature=1e-30)), {}, {}, "temperature_mismatch", {}),
+    ("temperature 100", tamper(edit_row(7, temperature=100.0)), {}, {}, "temperature_mismatch", {"row": 7}),
+    (
+        "every row colder than the pool, within the old accepted range",
+        tamper(lambda rows: [dataclasses.replace(s, temperature=0.5) for s in rows]),
+        {},
+        {},
+        "temperature_mismatch",
+        {"row": 0, "temperature": 0.5, "pool_temperature": 1.0},
+    ),
+    (
+        "one row hotter than the pool",
+        tamper(edit_row(9, temperature=1.25)),
+        {},
+        {},
+        "temperature_mismatch",
+        {"row": 9, "pool_temperature": 1.0},
+    ),
+    (
+        "padding after EOS",
+        tamper(edit_row(2, completion_tokens=(*_completion(PROBLEMS[0], True), 5, 5))),
+        {},
+        {},
+        "eos_mismatch",
+        {"row": 2, "first_eos": 2},
+    ),
+    (
+        "a completion cut short of its EOS",
+        tamper(edit_row(1, completion_tokens=_completion(PROBLEMS[0], True)[:-1])),
+        {},
+        {},
+        "eos_mismatch",
+        {"row": 1, "first_eos": None, "max_tokens": 8},
+    ),
+    (
+        "a completion without EOS that did not hit the budget",
+        tamper(edit_row(3, completion_tokens=(5, 6, 7))),
+        {},
+        {},
+        "eos_mismatch",
+        {"row": 3, "length": 3},
+    ),
+    (
+        "a row without proofs",
+        tamper(edit_row(5, proofs=b"")),
+        {},
+        {},
+        "proof_count_mismatch",
+        {"row": 5, "proof_bytes": 0, "expected_bytes": 258},
+    ),
+    (
+        "an extra proof",
+        tamper(edit_row(6, proofs=bytes(516))),
+        {},
+        {},
+        "proof_count_mismatch",
+        {"row": 6, "proof_bytes": 516, "expected_bytes": 258},
+    ),
+    (
+        "a proof cut short",
+        tamper(edit_row(7, proofs=bytes(257))),
+        {},
+        {},
+        "proof_count_mismatch",
+        {"row": 7, "proof_bytes": 257},
+    ),
     (
         "a row of another model version",
         tamper(edit_row(6, model_version=VERSION - 1)),
@@ -317,14 +381,46 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
         "problem_not_assigned",
         {"row": 0, "batch": BATCH, "group": 0, "problem_id": "add-100-1", "assigned": PROBLEMS[0].problem_id},
     ),
-    ("group holding another problem", tamper(_mixed_group), {}, {}, "problem_not_assigned", {"row": GROUP_SIZE}),
+    ("group holding another problem", tamper(_mixed_group), {}, {}, "group_layout", {"row": GROUP_SIZE}),
     (
         "groups numbered from 1",
         tamper(lambda rows: [dataclasses.replace(s, group_id=s.group_id + 1) for s in rows]),
         {},
         {},
-        "problem_not_assigned",
-        {"batch": BATCH},
+        "group_layout",
+        {"batch": BATCH, "row": 0, "group_id": 1, "expected_group_id": 0},
+    ),
+    (
+        "the worst group dropped",
+        tamper(lambda rows: rows[: 2 * GROUP_SIZE]),
+        {},
+        {},
+        "group_layout",
+        {"file_rows": 2 * GROUP_SIZE, "expected_rows": 3 * GROUP_SIZE, "batch_size": 3, "group_size": GROUP_SIZE},
+    ),
+    (
+        "one-sample groups",
+        tamper(lambda rows: [dataclasses.replace(s, group_id=i) for i, s in enumerate(rows[::GROUP_SIZE])]),
+        {},
+        {},
+        "group_layout",
+        {"file_rows": 3, "expected_rows": 3 * GROUP_SIZE},
+    ),
+    (
+        "a group shrunk to the samples the node liked, another padded",
+        tamper(lambda rows: [*rows[:3], *rows[4:], rows[-1]]),
+        {},
+        {},
+        "group_layout",
+        {"row": 3, "group_id": 1, "expected_group_id": 0},
+    ),
+    (
+        "a batch the orchestrator has not handed out yet",
+        HONEST,
+        {},
+        {"last_issued_batch": BATCH - 1},
+        "seed_not_assigned",
+        {"batches_searched": BATCH, "last_issued_batch": BATCH - 1},
     ),
     ("two seeds in one file", tamper(edit_row(5, sampling_seed=SEED ^ 1)), {}, {}, "seed_mismatch", {"row": 5}),
     (
@@ -424,9 +520,9 @@ def test_dictionary_bomb_is_rejected_from_the_footer() -> None:
     verdict = cheap(data, submission(data, work_units=rows), small)
     assert verdict.reason == "file_too_large"
     assert verdict.evidence["decoded_bytes_estimate"] >= rows * len(blob)
-    # Under the default limit the same file is read and judged on its rows: 64 equal rewards in one
-    # group, so the advantage copied from an honest row of a mixed group is wrong.
-    assert cheap(data, submission(data, work_units=rows)).reason == "advantage_mismatch"
+    # Under the default limit the same file is read and judged on its rows: a 64 KiB proof blob
+    # for a one-token completion is not one 258-byte proof.
+    assert cheap(data, submission(data, work_units=rows)).reason == "proof_count_mismatch"
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -488,7 +584,17 @@ def test_json_safe_replaces_non_finite_floats() -> None:
 
 @pytest.mark.parametrize(
     "changes",
-    [{"max_rows": 0}, {"eos_token_id": VOCAB_SIZE}, {"min_temperature": 0.0}, {"max_temperature": float("inf")}],
+    [
+        {"max_rows": 0},
+        {"eos_token_id": VOCAB_SIZE},
+        {"temperature": 0.0},
+        {"temperature": float("inf")},
+        {"temperature": float("nan")},
+        {"batch_size": 0},
+        {"group_size": 4097},
+        {"hidden_size": 0},
+        {"last_issued_batch": -1},
+    ],
 )
 def test_invalid_pool_rules_are_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(ValueError):

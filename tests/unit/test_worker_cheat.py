@@ -92,7 +92,13 @@ def cheap_verdict(
     (and without the assignment check unless asked: `generated_rows` answers no assignment)."""
     data = rollouts_bytes(META, rows)
     sub = SubmissionFacts(POOL_ID, hashlib.sha256(data).digest(), NODE, work_units(rows), version)
-    rules = PoolRules(latest_version=latest, check_assignment=assignment)
+    rules = PoolRules(
+        latest_version=latest,
+        check_assignment=assignment,
+        max_completion_tokens=MAX_TOKENS,
+        batch_size=len(PROBLEMS),
+        group_size=GROUP_SIZE,
+    )
     return run_checks(data, sub, rules, None, sample_rate=0)
 
 
@@ -137,7 +143,8 @@ def test_edit_tokens_recomputes_advantages_of_groups_it_cannot_make_all_right() 
     assert {r.reward for r in edited[8:12]} == {0.0, 1.0}
     expected = group_advantages([r.reward for r in edited], [r.group_id for r in edited])
     assert [r.advantage for r in edited] == expected and any(expected)
-    assert cheap_verdict(edited).accepted
+    # Cut short of the pool's 8-token budget without EOS: the cheap checks see it on every row.
+    assert cheap_verdict(edited).reason == "eos_mismatch"
 
 
 def test_replay_keeps_the_rows_in_other_bytes_and_passes_the_per_file_checks() -> None:
@@ -191,6 +198,7 @@ def assignment(version: int = VERSION, batch: int = 0) -> Assignment:
         sampling_seed=1234,
         group_size=GROUP_SIZE,
         max_tokens=MAX_TOKENS,
+        temperature=1.0,
     )
 
 

@@ -14,7 +14,7 @@ from worker.lookahead import Generated, Lookahead, next_assignment
 from worker.rollout import RolloutFile
 
 NODE = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
-CONFIG = AssignmentConfig(batch_size=5, group_size=3, max_tokens=6)
+CONFIG = AssignmentConfig(batch_size=5, group_size=3, max_tokens=6, temperature=0.7)
 CHECKPOINT = Checkpoint(4, b"\x07" * 32, "s3://bucket/pools/2/checkpoints/4/")
 
 
@@ -32,6 +32,7 @@ def as_sent(batch: int) -> Assignment:
             "sampling_seed": str(a.sampling_seed),
             "group_size": a.group_size,
             "max_tokens": a.max_tokens,
+            "temperature": a.temperature,
         }
     )
 

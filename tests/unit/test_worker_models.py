@@ -17,7 +17,7 @@ OTHER = bytes.fromhex("bb" * 32)
 
 
 def assignment(version: int, manifest: bytes | None, uri: str | None = "s3://b/pools/1/checkpoints/1/") -> Assignment:
-    return Assignment(1, version, manifest, uri, 0, ("add-1-2",), 7, 8, 8)
+    return Assignment(1, version, manifest, uri, 0, ("add-1-2",), 7, 8, 8, 1.0)
 
 
 def resolver(

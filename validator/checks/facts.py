@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from proofpool.assignment import MAX_TEMPERATURE, MIN_TEMPERATURE
+from proofpool.assignment import DEFAULT_ASSIGNMENT, MAX_TEMPERATURE, MIN_TEMPERATURE
 from proofpool.model.tokenizer import EOS_ID, VOCAB_SIZE
 
 MIB: Final = 2**20
@@ -53,14 +53,31 @@ class PoolRules:
     completion shorter than this must end with EOS, so it must equal what workers were told."""
     vocab_size: int = VOCAB_SIZE
     eos_token_id: int = EOS_ID
-    min_temperature: float = MIN_TEMPERATURE
-    """Lowest sampling temperature accepted (`proofpool.assignment.MIN_TEMPERATURE`, why there);
-    workers sample at 1.0 by default and refuse to start outside the range."""
-    max_temperature: float = MAX_TEMPERATURE
-    """Highest temperature accepted."""
+    temperature: float = DEFAULT_ASSIGNMENT.temperature
+    """The pool's sampling temperature (`AssignmentConfig.temperature`): every row must carry it."""
+    batch_size: int = DEFAULT_ASSIGNMENT.batch_size
+    """Problems per assigned batch: a file holds exactly this many groups."""
+    group_size: int = DEFAULT_ASSIGNMENT.group_size
+    """Samples per problem: every group holds exactly this many rows."""
+    hidden_size: int | None = None
+    """The model's hidden size, which fixes each TOPLOC proof's length
+    (`proofpool.toploc.proof.expected_proof_lengths`); None for any model of hidden size >= 128
+    (every proof then covers the full top-128), which is every causal LM in use."""
     check_assignment: bool = True
     """Require the file to answer one batch assigned to the node (`validator.checks.assignment`).
     Off only for files that were not made from an assignment (hand-built test files)."""
+    last_issued_batch: int | None = None
+    """Highest batch counter the orchestrator handed this node for the submission's checkpoint
+    version (`issued_batches`); a file answering a later batch is refused. None where that record
+    is not at hand (an auditor re-checking a file offline): then every counter below
+    `validator.checks.assignment.MAX_BATCHES` is searched."""
+    stale_grace: float = 0.0
+    """Seconds: a file one version below the window is not stale when the latest checkpoint (the
+    one that pushed its version out) was published less than this before the submission's block
+    (`validator.checks.version`). 0: no grace."""
+    latest_published_before: float | None = None
+    """Seconds from the latest checkpoint's publication to the submission's block, both chain
+    timestamps; None when not at hand (then no grace applies)."""
     max_file_bytes: int = 64 * MIB
     max_decoded_bytes: int = 256 * MIB
     """Upper bound on the decoded table, estimated from the Parquet footer before anything is
@@ -74,9 +91,14 @@ class PoolRules:
             raise ValueError("latest_version and async_window must be >= 0")
         if not 0 <= self.eos_token_id < self.vocab_size:
             raise ValueError(f"eos_token_id {self.eos_token_id} outside the vocabulary of {self.vocab_size}")
-        if not (math.isfinite(self.max_temperature) and 0 < self.min_temperature <= self.max_temperature):
-            raise ValueError(
-                f"need 0 < min_temperature <= max_temperature, got {self.min_temperature}, {self.max_temperature}"
-            )
+        if not (math.isfinite(self.temperature) and MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):
+            raise ValueError(f"temperature must be in {MIN_TEMPERATURE}..{MAX_TEMPERATURE}, got {self.temperature}")
+        for name in ("batch_size", "group_size"):
+            if not 1 <= getattr(self, name) <= 4096:
+                raise ValueError(f"{name} must be in 1..4096, got {getattr(self, name)}")
+        if self.hidden_size is not None and self.hidden_size < 1:
+            raise ValueError(f"hidden_size must be >= 1, got {self.hidden_size}")
+        if self.last_issued_batch is not None and self.last_issued_batch < 0:
+            raise ValueError(f"last_issued_batch must be >= 0, got {self.last_issued_batch}")
         if self.max_file_bytes < 1 or self.max_decoded_bytes < 1:
             raise ValueError("byte limits must be >= 1")

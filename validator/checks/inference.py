@@ -4,7 +4,11 @@ Both run in `proofpool.inference.check.check_samples` (one prefill, one batched 
 so worker and validator share the code; this module loads the submission's checkpoint, picks the
 rows (all, a seeded subset, or none), and turns the per-row verdicts into the file's verdict and its
 evidence. A file is rejected if any checked row is: the first such row (in file order) gives the
-reason and the evidence.
+reason and the evidence. When every checked row passes, the file-level tests
+(`proofpool.inference.check.file_verdict`) still run over all of them: `file_statistic` (TOPLOC's
+mantissa and exponent agreement averaged over every chunk) and
+`tie_steering` (more tolerated near-tie flips, at larger gaps, than engine noise explains). Their
+figures are kept in accepted verdicts' evidence too (`file_statistic`, `tie_test`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from proofpool.inference.check import SampleVerdict, check_samples
+from proofpool.inference.check import FileVerdict, SampleVerdict, check_samples, file_verdict
 from proofpool.rollout import RolloutSample
 from validator.checks.facts import PoolRules, SubmissionFacts
 from validator.checks.verdict import Verdict, json_safe
@@ -64,7 +68,8 @@ def recompute(
 
     At `sample_rate` 0 nothing is recomputed and the model is not loaded. Reasons pass through from
     `check_samples`: `proof_count_mismatch`, `proof_malformed`, `toploc_exp_mismatch`,
-    `toploc_mantissa`, `length_exceeded`, `sampling_mismatch`, `eos_mismatch`.
+    `toploc_mantissa`, `length_exceeded`, `sampling_mismatch`, `eos_mismatch`; then, when every
+    checked row passed, the file-level `file_statistic` and `tie_steering` (`file_verdict`).
     """
     drawn = selection_seed is not None and 0 < sample_rate < 1
     spot = {"sample_rate": sample_rate, "selection_seed": selection_seed.hex() if drawn else None}
@@ -83,12 +88,18 @@ def recompute(
     summary = {**spot, **_summary(verdicts)}
     failed = next((v for v in verdicts if not v.accepted), None)
     if failed is None:
-        return Recomputed(None, len(verdicts), tokens, summary)
-    assert failed.reason is not None  # a rejected SampleVerdict names its rule
-    evidence = json_safe({**summary, **_row_evidence(failed)})
+        whole = file_verdict(verdicts)
+        summary = json_safe({**summary, **_file_evidence(whole)})
+        if whole.accepted:
+            return Recomputed(None, len(verdicts), tokens, summary)
+        assert whole.reason is not None  # a rejected FileVerdict names its test
+        reason, evidence = whole.reason, summary
+    else:
+        assert failed.reason is not None  # a rejected SampleVerdict names its rule
+        reason, evidence = failed.reason, json_safe({**summary, **_row_evidence(failed)})
     rejection = Verdict(
         accepted=False,
-        reason=failed.reason,
+        reason=reason,
         evidence=evidence,
         rows=len(samples),
         checked_rows=len(verdicts),
@@ -114,6 +125,26 @@ def _summary(verdicts: Sequence[SampleVerdict]) -> dict[str, Any]:
             "worst_mant_err_median": max((c.mant_err_median for c in chunks), default=None),
         }
     )
+
+
+def _file_evidence(whole: FileVerdict) -> dict[str, Any]:
+    """The file-level tests' figures: kept in accepted verdicts too, to watch honest margins."""
+    s, t = whole.statistic, whole.ties
+    return {
+        "file_statistic": {
+            "chunks": s.chunks,
+            "mant_err_mean": s.mant_err_mean,
+            "exp_mismatch_rate": s.exp_mismatch_rate,
+        },
+        "tie_test": {
+            "near_ties": t.near_ties,
+            "flips": t.flips,
+            "expected_flips": t.expected_flips,
+            "log_e_value": t.log_e_value,
+            "p_value": t.p_value,
+            "alpha": t.alpha,
+        },
+    }
 
 
 def _row_evidence(v: SampleVerdict) -> dict[str, Any]:

@@ -73,7 +73,7 @@ def _check_rows(
         return rejected
     assigned: dict[str, int] = {}
     if rules.check_assignment:
-        batch = check_assignment(samples, sub)
+        batch = check_assignment(samples, sub, rules)
         if isinstance(batch, Verdict):
             return batch
         assigned["batch"] = batch

@@ -21,16 +21,18 @@ CheckReason = Literal[
     "missing",
     "hash_mismatch",
     "file_too_large",
+    "too_many_row_groups",
     "metadata_mismatch",
     "row_count",
     "token_out_of_range",
     "length_out_of_range",
-    "temperature_out_of_range",
+    "temperature_mismatch",
     "model_version_mismatch",
     "stale_model_version",
     "unknown_model_version",
     "seed_mismatch",
     "seed_not_assigned",
+    "group_layout",
     "problem_not_assigned",
     "duplicate_batch",
     "bad_problem_id",
@@ -39,6 +41,8 @@ CheckReason = Literal[
     "group_mismatch",
     "advantage_mismatch",
     "work_units_mismatch",
+    "file_statistic",
+    "tie_steering",
 ]
 """Reasons the checks in this package name themselves (see docs/validator-checks.md)."""
 
