@@ -95,6 +95,10 @@ class Settings(BaseSettings):
     """A node whose last heartbeat is older than this is Unhealthy."""
     dead_after: float = Field(120.0, gt=0)
     """A node whose last heartbeat is older than this is Dead and ejected from its pool."""
+    max_unsubmitted_batches: int = Field(4, ge=1)
+    """Batches of the current checkpoint a node may have been handed without an on-chain submission
+    before it is handed the next: a node must answer every batch, so it cannot keep the easy ones.
+    An honest node has one or two in flight (the one it generates, the one it submits)."""
 
     # --- worker (provider node) ---
     worker_state_dir: Path = Path("~/.local/state/proofpool/worker")

@@ -252,7 +252,13 @@ class WorkerNode:
             return
         a = beat.assignment
         if a is None:
-            self.console.say(f"node state {beat.state}: no assignment; next heartbeat in {self._idle(beat):.0f} s")
+            if (w := beat.withheld) is not None:
+                self.console.say(
+                    f"batch {w.batch} withheld: {w.unsubmitted} earlier batches are not on-chain yet "
+                    f"(at most {w.max_unsubmitted}); next heartbeat in {self._idle(beat):.0f} s"
+                )
+            else:
+                self.console.say(f"node state {beat.state}: no assignment; next heartbeat in {self._idle(beat):.0f} s")
             if beat.state in ("ejected", "banned"):
                 self.ensure_member()
             sleep_unless_stopped(self.stop, self._idle(beat))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Annotated
 
@@ -77,11 +78,23 @@ class AssignmentOut(BaseModel):
     )
 
 
+class WithheldOut(BaseModel):
+    """Why a healthy member of an active pool got no assignment: too many earlier batches of the
+    checkpoint have no on-chain submission yet (they must be submitted first)."""
+
+    batch: int = Field(description="The batch the node will be handed once it has submitted enough.")
+    unsubmitted: int = Field(description="Batches before it without a submission.")
+    max_unsubmitted: int
+
+
 class HeartbeatOut(BaseModel):
     node: str
     state: NodeState
     pool_id: int | None
-    assignment: AssignmentOut | None = Field(description="None unless the node is a healthy member of an active pool.")
+    assignment: AssignmentOut | None = Field(
+        description="None unless the node is a healthy member of an active pool and not `withheld`."
+    )
+    withheld: WithheldOut | None = None
     heartbeat_interval: float = Field(description="Seconds until the next heartbeat is expected.")
     server_time: float
 
@@ -126,6 +139,7 @@ async def heartbeat(
         pool_id=body.pool_id,
         completed=completed,
         unservable=unservable_report,
+        max_unsubmitted=settings.max_unsubmitted_batches,
     )
     _HEARTBEATS_BY_STATE[result.state].inc()
     assignment = None
@@ -147,6 +161,7 @@ async def heartbeat(
         state=result.state,
         pool_id=result.pool_id,
         assignment=assignment,
+        withheld=None if (w := result.withheld) is None else WithheldOut(**dataclasses.asdict(w)),
         heartbeat_interval=settings.heartbeat_interval,
         server_time=now,
     )

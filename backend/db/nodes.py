@@ -326,6 +326,20 @@ async def advance_batch(conn: AsyncConnection, pool_id: int, node: str, version:
     return (await cur.fetchone()) is not None
 
 
+COUNT_SUBMITTED = """
+    SELECT count(*) FROM submissions
+    WHERE pool_id = %(pool_id)s AND node = %(node)s AND model_version = %(version)s"""
+
+
+async def submitted_files(conn: AsyncConnection, pool_id: int, node: str, version: int) -> int:
+    """Files `node` submitted on-chain to `pool_id` claiming checkpoint `version`, whatever their
+    verdict (a rejected file was slashed: that is its price, not a way around answering)."""
+    cur = await conn.execute(COUNT_SUBMITTED, {"pool_id": pool_id, "node": node, "version": version})
+    row = await cur.fetchone()
+    assert row is not None  # count(*) always returns a row
+    return int(row[0])
+
+
 # --------------------------------------------------------------------------- invites
 
 SELECT_REUSABLE_INVITE = """

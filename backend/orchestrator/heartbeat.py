@@ -1,7 +1,13 @@
 """One heartbeat: record liveness, derive the node's state, and hand out its assignment.
 
 The cost is one Redis write and one SQL round trip (plus one small UPDATE when the node
-reports a finished batch), so the backend keeps up with thousands of nodes per second.
+reports a finished batch, and one indexed count once its batch counter passes the unsubmitted
+bound), so the backend keeps up with thousands of nodes per second.
+
+A node must answer every batch it is handed, in any order: batch n of a checkpoint is handed out
+only while at most `max_unsubmitted` of the n before it lack an on-chain submission. Otherwise a
+node could report batches finished without submitting them and keep only the problems it does
+well on; with the bound it can leave at most `max_unsubmitted` batches per checkpoint unanswered.
 """
 
 from __future__ import annotations
@@ -37,6 +43,17 @@ class HeartbeatResult:
     state: NodeState
     pool_id: int | None
     assignment: Assignment | None
+    withheld: Withheld | None = None
+    """Why a healthy member of an active pool got no assignment (None otherwise)."""
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """The next batch is held back until the node submits the batches it was handed before."""
+
+    batch: int
+    unsubmitted: int
+    max_unsubmitted: int
 
 
 def not_registered(node: str) -> ApiError:
@@ -59,8 +76,10 @@ async def heartbeat(
     pool_id: int | None = None,
     completed: CompletedBatch | None = None,
     unservable: UnservableReport | None = None,
+    max_unsubmitted: int | None = None,
 ) -> HeartbeatResult:
-    """Answer the heartbeat of `node` (already authenticated as the signer)."""
+    """Answer the heartbeat of `node` (already authenticated as the signer). `max_unsubmitted`:
+    the bound on handed-out batches without a submission (module docstring); None: no bound."""
     ctx = await db.heartbeat_context(conn, node, pool_id)
     if ctx is None or not ctx.registry_active:
         raise not_registered(node)
@@ -102,6 +121,14 @@ async def heartbeat(
         await db.advance_batch(conn, ctx.pool_id, node, version, batch)
         batch += 1  # advanced by us or by a racing retry of the same report: either way it moved on
         log.info("node finished a batch", extra={"pool": ctx.pool_id, "node": node, "version": version, "batch": batch})
+    if max_unsubmitted is not None and batch > max_unsubmitted:
+        unsubmitted = batch - await db.submitted_files(conn, ctx.pool_id, node, version)
+        if unsubmitted > max_unsubmitted:
+            log.info(
+                "next batch withheld until earlier ones are submitted",
+                extra={"pool": ctx.pool_id, "node": node, "version": version, "batch": batch},
+            )
+            return HeartbeatResult(node, state, ctx.pool_id, None, Withheld(batch, unsubmitted, max_unsubmitted))
     checkpoint = Checkpoint(
         version=version,
         manifest_sha256=None if ctx.manifest_sha256 is None else bytes(ctx.manifest_sha256),

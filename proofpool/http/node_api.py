@@ -15,7 +15,7 @@ with NodeApi(settings.backend_url, provider_account) as api:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
@@ -68,10 +68,12 @@ class Heartbeat:
     assignment: Assignment | None
     heartbeat_interval: float
     server_time: float
+    withheld: Withheld | None = None
+    """Set when a healthy member got no assignment because earlier batches lack a submission."""
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Heartbeat:
-        assignment = data.get("assignment")
+        assignment, withheld = data.get("assignment"), data.get("withheld")
         return cls(
             node=data["node"],
             state=data["state"],
@@ -79,7 +81,20 @@ class Heartbeat:
             assignment=None if assignment is None else Assignment.from_json(assignment),
             heartbeat_interval=float(data["heartbeat_interval"]),
             server_time=float(data["server_time"]),
+            withheld=None if withheld is None else Withheld(**{k: int(withheld[k]) for k in Withheld.FIELDS}),
         )
+
+
+@dataclass(frozen=True)
+class Withheld:
+    """The next batch is held back until the node has submitted the ones it was handed before
+    (the backend's `max_unsubmitted_batches`): every handed-out batch must be answered."""
+
+    FIELDS: ClassVar[tuple[str, ...]] = ("batch", "unsubmitted", "max_unsubmitted")
+
+    batch: int
+    unsubmitted: int
+    max_unsubmitted: int
 
 
 @dataclass(frozen=True)

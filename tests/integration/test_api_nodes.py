@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from unittest.mock import ANY
 
 import numpy as np
 import pytest
@@ -29,6 +30,7 @@ from proofpool.chain.rpc import connect
 from proofpool.chain.signing import Invite, sign_node_ownership
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
+from proofpool.http.node_api import Heartbeat, NodeApi, Withheld
 from tests.fixtures.backend import MANAGER_KEY, ApiHarness, api_redis_url, write_address_book
 
 MANAGER = Account.from_key(MANAGER_KEY)
@@ -173,6 +175,34 @@ def test_member_gets_deterministic_assignment_and_batches_advance(api: ApiHarnes
         (node.address,),
     ).fetchall()
     assert issued == [(2, 2), (3, 1)]
+
+
+def test_next_batch_is_withheld_while_too_many_earlier_batches_lack_a_submission(api: ApiHarness) -> None:
+    """A node that reports batches finished without submitting them cannot keep drawing new ones."""
+    node, _ = member(api, pool_id=3)
+    api.add_checkpoint(3, 1, hashlib.sha256(b"manifest v1").digest())
+    bound = api.settings.max_unsubmitted_batches
+
+    def report(batch: int) -> dict:
+        body = {"completed": {"checkpoint_version": 1, "batch": batch}}
+        return api.signed(node, "POST", "/v1/heartbeat", body).json()
+
+    for batch in range(bound):
+        assert report(batch)["assignment"]["batch"] == batch + 1  # up to `bound` in flight: handed out
+    held = report(bound)
+    assert (held["state"], held["assignment"]) == ("healthy", None)
+    assert held["withheld"] == {"batch": bound + 1, "unsubmitted": bound + 1, "max_unsubmitted": bound}
+    as_node = NodeApi("http://testserver", node)
+    as_node._client._http = api.client  # the worker's client, on the app in-process
+    assert as_node.heartbeat() == Heartbeat(  # stays held; the worker reads why
+        node.address, "healthy", 3, None, api.settings.heartbeat_interval, ANY, Withheld(bound + 1, bound + 1, bound)
+    )
+
+    api.add_submission(3, node.address, 0, b"\x01" * 32)  # another version's file does not count
+    assert api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"] is None
+    api.add_submission(3, node.address, 1, b"\x02" * 32, status="invalid")  # a slashed file counts
+    resumed = api.signed(node, "POST", "/v1/heartbeat", {}).json()
+    assert resumed["withheld"] is None and resumed["assignment"]["batch"] == bound + 1
 
 
 def test_unservable_assignment_is_kept_as_the_nodes_problem_until_it_finishes_a_batch(api: ApiHarness) -> None:

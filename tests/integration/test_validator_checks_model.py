@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from proofpool.assignment import sampling_seed, task_ids
+from proofpool.inference import check
 from proofpool.inference.check import spot_check_rows
 from proofpool.model.build import ModelSpec, create_model, load_model
 from proofpool.model.cache import ensure_devnet_model
@@ -268,3 +269,23 @@ def test_spot_check_draws_a_quarter_of_the_rows_by_seed(world: World) -> None:
     other_seed = next(s for s in map(bytes, ([i] for i in range(64))) if outside in spot_check_rows(N_ROWS, 0.25, s))
     again = judge(world, _edit(world, outside, PLUS_ID, reprove=True), sample_rate=0.25, selection_seed=other_seed)
     assert again.reason == "sampling_mismatch"
+
+
+def test_file_level_tests_run_on_accepted_rows_and_can_reject_the_file(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run_checks` runs the file tests once every row passed: their figures are in an accepted
+    verdict's evidence, and a file statistic past its threshold rejects a file whose every row
+    passed. (What the thresholds catch is measured in tests/integration/test_detection_matrix.py.)"""
+    accepted = judge(world, world.honest, "fp32")  # bf16 rows on a bf16 validator match exactly
+    assert accepted.accepted, accepted.evidence
+    statistic = accepted.evidence["file_statistic"]
+    assert statistic["chunks"] == N_ROWS  # one 32-token chunk per short completion
+    assert 0 < statistic["mant_err_mean"] <= check.MAX_FILE_MANT_ERR_MEAN
+    assert accepted.evidence["tie_test"]["p_value"] > accepted.evidence["tie_test"]["alpha"]
+
+    monkeypatch.setattr(check, "MAX_FILE_MANT_ERR_MEAN", statistic["mant_err_mean"] / 2)
+    rejected = judge(world, world.honest, "fp32")
+    assert (rejected.accepted, rejected.reason) == (False, "file_statistic")
+    assert rejected.evidence["rejected_rows"] == 0  # no row failed on its own
+    assert rejected.evidence["file_statistic"] == statistic
