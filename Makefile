@@ -35,7 +35,7 @@ contracts/build/.stamp: $(SOL) contracts/node_modules/.stamp $(VENV)/.setup-stam
 	$(PY) -m proofpool.chain.compile
 
 test: setup contracts
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 test-fast: setup contracts
 	$(PY) -m pytest -q -m "not slow"

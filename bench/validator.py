@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 
 import psycopg
@@ -248,4 +249,10 @@ def latency_row(figure: str, seconds: list[float], target_p50: float) -> dict:
 
 
 if __name__ == "__main__":
+    # The decoding children (validator.checks.decode) fork from a forkserver, and multiprocessing
+    # re-imports the parent's main module in each one unless it is a package's `__main__`, as under
+    # `python -m celery`, where the validator runs. This module imports vLLM: hidden from
+    # multiprocessing, so the figures time the validator's children, not vLLM's import.
+    sys.modules["__main__"].__spec__ = None
+    del sys.modules["__main__"].__file__
     main()

@@ -397,3 +397,11 @@ def test_honest_file_reads_the_same_through_the_child(monkeypatch: pytest.Monkey
     monkeypatch.setenv(decode.DECODE_IN_CHILD_ENV, "0")
     assert decode.child_limits(RULES.max_decoded_bytes) is None
     assert read_file(HONEST, sub, RULES) == through_child
+
+
+def test_the_forkservers_warm_up_parses_a_valid_file() -> None:
+    """The forkserver preloads `validator.checks.preload`, whose warm-up must be a file the checks accept."""
+    from validator.checks import preload
+
+    preload.warm_up()  # raises if the checks refuse it
+    assert "validator.checks.preload" in decode._FORKSERVER_PRELOAD

@@ -61,10 +61,12 @@ pyarrow's read and decompression buffers, and the Python objects of the samples.
 _POLL_SECONDS: Final = 0.1
 """The parent waits for the child in slices this long, so the task's enforced deadline
 (`validator.celery_app.TimeLimitedTask`), raised between bytecodes, interrupts the wait promptly."""
-_FORKSERVER_PRELOAD: Final = ["validator.checks.file"]
-"""Imported once by the forkserver, so a child starts with pyarrow and the checks loaded. (The main
-module is re-imported by each child only when it was started as a script path; the validator runs
-`python -m celery`, whose `celery.__main__` multiprocessing skips.)"""
+_FORKSERVER_PRELOAD: Final = ["validator.checks.preload"]
+"""Imported once by the forkserver, so a child starts with pyarrow and the checks loaded.
+multiprocessing also re-imports the parent's main module in each child, unless it is a package's
+`__main__`: the validator runs `python -m celery` (`celery.__main__`, skipped), and pytest runs as
+`python -m pytest`; a program run as a script or as `-m pkg.module` pays its own import per file
+(bench/validator.py hides its main module for that reason)."""
 
 
 class DecodeChildError(RuntimeError):
