@@ -35,6 +35,7 @@ from proofpool.model.cache import ensure_devnet_model
 from proofpool.rollout import read_rollouts
 from proofpool.storage import ObjectStore, rollout_key
 from validator.checks import PoolRules, SubmissionFacts, run_checks
+from validator.checks.decode import start_forkserver
 from validator.pipeline import drawn
 from worker.engine import GenerationRequest, InferenceEngine
 from worker.sampler import SamplerSettings
@@ -121,6 +122,7 @@ def throughput(files: list[tuple[bytes, bytes]], pool_id: int, node: str) -> lis
     rows_out = [
         {"bench": "validator", "figure": "worker_generation_tokens_per_s", "value": round(gen_tps, 1), "tokens": tokens}
     ]
+    start_forkserver()  # as the validate worker does when ready: not a cost of the first file
     for precision in ("bf16", "fp32"):
         model = load_model(path, precision)
         for rate in (1.0, 0.25, 1 / 32):

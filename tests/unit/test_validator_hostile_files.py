@@ -17,6 +17,7 @@ import signal
 import struct
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Final
@@ -387,6 +388,23 @@ def test_a_child_that_runs_out_is_a_file_too_large_verdict(target: Any, args: tu
 def test_a_bug_in_the_child_is_raised_not_judged() -> None:
     with pytest.raises(DecodeChildError, match="a bug in the checks"):
         run_in_child(_fail, (), ChildLimits(memory_bytes=256 * MIB))
+
+
+def test_a_thread_reuses_its_child_until_a_call_fails_in_it() -> None:
+    limits = ChildLimits(memory_bytes=256 * MIB, timeout_seconds=5.0)
+    first = run_in_child(os.getpid, (), limits)
+    assert run_in_child(os.getpid, (), limits) == first != os.getpid()  # one child, file after file
+    with pytest.raises(DecodeChildError):
+        run_in_child(_fail, (), limits)
+    after_bug = run_in_child(os.getpid, (), limits)
+    assert after_bug != first  # a child a call failed in is replaced
+    assert run_in_child(_allocate, (4 * 2**30,), limits).evidence["decode"] == "memory_cap"
+    assert run_in_child(os.getpid, (), limits) != after_bug
+    other_thread: list[int] = []
+    thread = threading.Thread(target=lambda: other_thread.append(run_in_child(os.getpid, (), limits)))
+    thread.start()
+    thread.join(timeout=60)
+    assert other_thread and other_thread[0] not in (first, after_bug, os.getpid())  # a child per thread
 
 
 def test_honest_file_reads_the_same_through_the_child(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -17,17 +17,21 @@ footer for its safety; three bounds hold whatever the file says:
 
 The child is forked from a forkserver (`multiprocessing`), not from the validator process, which
 runs threads (Celery's threads pool, PyTorch) that fork must not copy; the forkserver preloads
-pyarrow and the checks so a fork costs milliseconds. `DECODE_IN_CHILD_ENV=0` turns the child off
+pyarrow and the checks, warmed up on one file (`validator.checks.preload`). Each validator thread
+keeps its child for file after file until one fails in it, because a fork per file (about 13 ms)
+costs more than parsing an honest file. `DECODE_IN_CHILD_ENV=0` turns the child off
 (the same checks then run in-process, bounded by 1 and 2 only) for environments that cannot fork.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import resource
 import struct
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -97,6 +101,9 @@ def start_forkserver() -> None:
     it: the first fork blocks, uninterruptibly, until the forkserver has imported its modules.
     """
     run_in_child(int, (), ChildLimits(memory_bytes=CHILD_HEADROOM))
+    child = getattr(_children, "child", None)
+    if child is not None:  # this thread does no checks: do not keep a child for it
+        _retire(child)
 
 
 def _forkserver_context() -> multiprocessing.context.ForkServerContext:
@@ -143,75 +150,126 @@ def decode_bounded(parquet: pq.ParquetFile, rows: int, max_decoded_bytes: int) -
 
 
 def run_in_child(target: Callable[..., R], args: tuple[Any, ...], limits: ChildLimits) -> R | Verdict:
-    """`target(*args)` in a forked child under `limits`; its result, or `file_too_large` if it ran out.
+    """`target(*args)` in a memory-capped child under `limits`; its result, or `file_too_large` if it ran out.
 
     `target` must be a module-level function and its arguments and result picklable. Evidence
     `decode` says which bound stopped it: `memory_cap` (MemoryError in the child), `killed` (the
     child died from a signal, e.g. SIGABRT on a failed C++ allocation, or SIGKILL) or `timeout`.
 
+    The child serves one call after another for the calling thread (`_Child`): a fork per file costs
+    about 13 ms, more than parsing an honest file. A child that failed in any way (out of memory,
+    killed, timed out, raised, or interrupted by the task's time limit) is killed and the next call
+    starts a new one, so no file runs in a child another file left in a bad state.
+
     Raises:
         DecodeChildError: the child raised another exception, or exited without an answer.
     """
-    context = _forkserver_context()
-    receive, send = context.Pipe(duplex=False)
-    child = context.Process(target=_child_main, args=(send, limits.memory_bytes, target, args), daemon=True)
-    started = time.monotonic()
-    child.start()
-    send.close()  # ours; the child holds its own end, so EOF means the child is gone
+    child = _child_for(limits)
+    healthy = False
     try:
-        return _await_child(child, receive, limits, started)
+        result, healthy = _await_child(child, limits, time.monotonic(), target, args)
+        return result
     finally:
-        if child.is_alive():
-            child.kill()
-        child.join()
-        receive.close()
+        if not healthy:
+            _retire(child)
+
+
+class _Child:
+    """A decoding child process and the parent's end of its pipe."""
+
+    def __init__(self, memory_bytes: int) -> None:
+        context = _forkserver_context()
+        self.memory_bytes = memory_bytes
+        self.conn, theirs = context.Pipe(duplex=True)
+        self.process = context.Process(target=_child_main, args=(theirs, memory_bytes), daemon=True)
+        self.process.start()
+        theirs.close()  # the child holds its own end, so EOF means the child is gone
+
+
+_children = threading.local()
+"""One child per calling thread (Celery's threads pool runs tasks side by side)."""
+
+
+def _child_for(limits: ChildLimits) -> _Child:
+    child: _Child | None = getattr(_children, "child", None)
+    if child is not None and (child.memory_bytes != limits.memory_bytes or not child.process.is_alive()):
+        _retire(child)
+        child = None
+    if child is None:
+        child = _children.child = _Child(limits.memory_bytes)
+    return child
+
+
+def _retire(child: _Child) -> None:
+    """Kill `child` and forget it: the thread's next call starts a fresh one."""
+    if getattr(_children, "child", None) is child:
+        _children.child = None
+    if child.process.is_alive():
+        child.process.kill()
+    child.process.join()
+    child.conn.close()
 
 
 def _await_child(
-    child: multiprocessing.process.BaseProcess, receive: Connection, limits: ChildLimits, started: float
-) -> Any:
-    """The child's answer mapped to a result, a verdict or DecodeChildError (see `run_in_child`)."""
+    child: _Child, limits: ChildLimits, started: float, target: Callable[..., Any], args: tuple[Any, ...]
+) -> tuple[Any, bool]:
+    """Send the call and map the child's answer to a result, a verdict or DecodeChildError (see
+    `run_in_child`), with whether the child may serve another call."""
     deadline = started + limits.timeout_seconds
-    while not receive.poll(_POLL_SECONDS):
+    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+        child.conn.send((target, args))  # if the child is gone, the receive reads EOF and says how it ended
+    while not child.conn.poll(_POLL_SECONDS):
         if time.monotonic() >= deadline:
-            child.kill()
-            return reject("file_too_large", decode="timeout", timeout_seconds=limits.timeout_seconds)
+            child.process.kill()
+            return reject("file_too_large", decode="timeout", timeout_seconds=limits.timeout_seconds), False
     try:
-        kind, payload = receive.recv()
+        kind, payload = child.conn.recv()
     except EOFError:
-        child.join()
-        if child.exitcode is not None and child.exitcode < 0:
-            return reject(
-                "file_too_large", decode="killed", signal=-child.exitcode, memory_cap_bytes=limits.memory_bytes
-            )
-        raise DecodeChildError(f"decoding child exited with {child.exitcode} without an answer") from None
+        child.process.join()
+        code = child.process.exitcode
+        if code is not None and code < 0:
+            killed = reject("file_too_large", decode="killed", signal=-code, memory_cap_bytes=limits.memory_bytes)
+            return killed, False
+        raise DecodeChildError(f"decoding child exited with {code} without an answer") from None
     if kind == "ok":
-        return payload
+        return payload, True
     if kind == "memory":
-        return reject("file_too_large", decode="memory_cap", memory_cap_bytes=limits.memory_bytes)
+        return reject("file_too_large", decode="memory_cap", memory_cap_bytes=limits.memory_bytes), False
     raise DecodeChildError(f"decoding child failed:\n{payload}")
 
 
-def _child_main(send: Connection, memory_bytes: int, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
-    """The child: cap the address space, run `target`, send ("ok", result), ("memory", None) or ("error", traceback).
+def _child_main(conn: Connection, memory_bytes: int) -> None:
+    """The child: cap the address space, then for each call received run it and send ("ok", result),
+    ("memory", None) or ("error", traceback); it exits after anything but "ok", or when the parent
+    closes the pipe.
 
     Any exception other than MemoryError is sent as a traceback for the parent to raise: it is a
     bug, and must not become a verdict on the file.
     """
     pa.allocate_buffer(1)  # pyarrow's mimalloc maps its first arena (~1 GiB) now, inside the baseline
     _cap_address_space(memory_bytes)
-    try:
-        answer: tuple[str, Any] = ("ok", target(*args))
-    except MemoryError:
-        answer = ("memory", None)
-    except Exception:  # noqa: BLE001 - not swallowed: re-raised in the parent as DecodeChildError
-        answer = ("error", traceback.format_exc())
-    try:
-        send.send(answer)
-    except MemoryError:
-        send.send(("memory", None))
-    finally:
-        send.close()
+    while True:
+        try:
+            target, args = conn.recv()
+        except MemoryError:  # the call's arguments alone did not fit
+            conn.send(("memory", None))
+            return
+        except EOFError:
+            return
+        try:
+            answer: tuple[str, Any] = ("ok", target(*args))
+        except MemoryError:
+            answer = ("memory", None)
+        except Exception:  # noqa: BLE001 - not swallowed: re-raised in the parent as DecodeChildError
+            answer = ("error", traceback.format_exc())
+        del target, args
+        try:
+            conn.send(answer)
+        except MemoryError:
+            answer = ("memory", None)
+            conn.send(answer)
+        if answer[0] != "ok":
+            return
 
 
 def _cap_address_space(extra_bytes: int) -> None:
