@@ -62,6 +62,7 @@ from proofpool.sampling.verify import DEFAULT_TIE_NOISE_SCALE
 from proofpool.tasks.arithmetic import Problem, generate_problems
 from proofpool.toploc import ChunkCheck, build_proofs, join_proofs
 from proofpool.toploc.verify import NO_MATCH
+from worker.rollout import BatchPlan, plan_batch, rollout_samples
 
 RESULTS = Path(__file__).resolve().parent / "results" / "detection.jsonl"
 FILE_ROWS = 64
@@ -84,40 +85,27 @@ def _problems(seed: int, files: int) -> list[list[Problem]]:
     return [problems[i * per_file : (i + 1) * per_file] for i in range(files)]
 
 
-def _rows(problems: Sequence[Problem]) -> tuple[list[list[int]], list[str], list[int]]:
-    prompts, ids, groups = [], [], []
-    for g, problem in enumerate(problems):
-        for _ in range(GROUP_SIZE):
-            prompts.append(problem.prompt_tokens())
-            ids.append(problem.problem_id)
-            groups.append(g)
-    return prompts, ids, groups
+def _plan(problems: Sequence[Problem], seed: int, temperature: float = 1.0, max_tokens: int = MAX_TOKENS) -> BatchPlan:
+    """The worker's own layout of a file: GROUP_SIZE samples per problem, row i with sample index i."""
+    return plan_batch(
+        [p.problem_id for p in problems],
+        group_size=GROUP_SIZE,
+        sampling_seed=seed,
+        temperature=temperature,
+        max_tokens=max_tokens,
+    )
 
 
 def honest_files(
     engine: Any, files: list[list[Problem]], seed0: int, temperature: float, claimed: float | None = None
 ) -> list[list[RolloutSample]]:
     """vLLM files (file f: seed seed0 + f, sample index = row); `claimed` replaces the temperature."""
-    from worker.engine import GenerationRequest
-    from worker.sampler import SamplerSettings
-
-    requests, layout = [], []
-    for f, problems in enumerate(files):
-        prompts, ids, groups = _rows(problems)
-        layout.append((ids, groups))
-        requests += [
-            GenerationRequest(tuple(p), SamplerSettings(seed0 + f, i, temperature), MAX_TOKENS)
-            for i, p in enumerate(prompts)
-        ]
-    generations = engine.generate(requests)
+    plans = [_plan(problems, seed0 + f, temperature) for f, problems in enumerate(files)]
+    generations = engine.generate([r for plan in plans for r in plan.requests])
     out = []
-    for f, (ids, groups) in enumerate(layout):
+    for f, plan in enumerate(plans):
         gens = generations[f * FILE_ROWS : (f + 1) * FILE_ROWS]
-        completed = [
-            CompletedSample(pid, gid, g.request.prompt_tokens, g.completion_tokens, g.hidden_states)
-            for g, pid, gid in zip(gens, ids, groups, strict=True)
-        ]
-        rows = to_rollout_samples(completed, sampling_seed=seed0 + f, temperature=temperature, model_version=0)
+        rows = rollout_samples(plan, gens, sampling_seed=seed0 + f, temperature=temperature, model_version=0)
         if claimed is not None:
             rows = [dataclasses.replace(r, temperature=claimed) for r in rows]
         out.append(rows)
@@ -177,7 +165,8 @@ def cheater_files(model: Any, files: list[list[Problem]], seed0: int, pick: Pick
     out = []
     with torch.inference_mode():
         for f, problems in enumerate(files):
-            prompts, ids, groups = _rows(problems)
+            plan = _plan(problems, seed0 + f)
+            prompts, ids, groups = [list(r.prompt_tokens) for r in plan.requests], plan.problem_ids, plan.group_ids
             completions: list[list[int]] = [[] for _ in prompts]
             by_length: dict[int, list[int]] = {}
             for i, prompt in enumerate(prompts):

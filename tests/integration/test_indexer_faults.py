@@ -47,6 +47,7 @@ from tests.fixtures.indexer import (
     submitted_keys,
 )
 from tests.fixtures.postgres import truncate_all
+from tests.fixtures.processes import stop
 
 WAIT = 60.0
 PENDING_TASKS = "SELECT count(*) FROM outbox WHERE dispatched_at IS NULL"
@@ -424,11 +425,7 @@ def probe(indexer_redis_url: str, tmp_path) -> Iterator[Probe]:
         probe.sync()
         yield probe
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
         log.close()
 
 

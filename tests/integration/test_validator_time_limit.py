@@ -26,6 +26,7 @@ from celery.signals import worker_ready
 
 from proofpool.broker import make_celery
 from proofpool.config import REPO_ROOT, Settings, get_settings
+from tests.fixtures.processes import stop
 from validator.celery_app import TimeLimitedTask
 from validator.checks.decode import ChildLimits, run_in_child, start_forkserver
 
@@ -104,11 +105,7 @@ def worker(tmp_path) -> Iterator[tuple[str, redis.Redis]]:
     try:
         yield url, client
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop(process)
         log.close()
         client.flushdb()
 
