@@ -10,14 +10,20 @@ passing the per-row checks:
 - `temperature_0.8`, `temperature_1.25`: the honest engine at another temperature, the file
   claiming the pool's 1.0;
 - `tie_steering`: the current model and the seeded sampler, but at every position where the right
-  answer's next token scores within the tie tolerance of the best, that token (reward steering).
+  answer's next token scores within the tie tolerance of the best, that token (reward steering);
+- `honest_torch`, no cheat: the current model and the seeded sampler in PyTorch, the rows two
+  honest engines disagree on.
 
 Each file is judged with bf16 and fp32 validators (`check_recomputed`), and per file it reports:
 rows rejected per row, the tie-steering test (`proofpool.sampling.ties`) for several noise scales
 b, and the TOPLOC file statistic (`proofpool.inference.check.file_statistic`). One JSON line per
 file, then one summary line per (case, precision); then the maximum-likelihood noise scale b of the
 honest files, and escape rates of 64-row files resampled from the judged rows: 7 rows (10%) or all
-64 from a cheat, the rest honest. All are written to `bench/results/detection.jsonl`.
+64 from a cheat, the rest honest. A cheat leaves many rows exactly as the assignment determines
+them (the seeded sampler makes every token a function of the logits and the seed), so each cheat's
+files are also generated honestly with the same seeds, and the 10% files are drawn a second time
+from the rows the cheat changed (`rows_from: changed`). All are written to
+`bench/results/detection.jsonl`.
 
 Run: `.venv/bin/python -m bench.detection` (about 4-6 minutes on 2 shared cores).
 """
@@ -74,6 +80,17 @@ WARMUP = WarmupSpec(steps=320)
 """The detection matrix's model (tests/integration/test_detection_matrix.py)."""
 NODE_FILES = 10
 """A node's first files, for the escape-within-10-files figures."""
+CHEAT_SEEDS = {
+    "temperature_0.8": 500,
+    "temperature_1.25": 550,
+    "tie_steering": 600,
+    "neighbor_checkpoint": 700,
+    "int8_weights": 800,
+    "honest_torch": 950,
+}
+"""Each cheat's sampling seeds (BASE_SEED + offset + file): the honest reference files reuse them.
+`honest_torch` is no cheat: the current model and the seeded sampler in PyTorch instead of vLLM,
+the floor of rows two honest engines disagree on."""
 NOISE_SCALES = (0.03125, 0.0625, 0.125)
 """Tie-test noise scales b to report."""
 
@@ -334,6 +351,17 @@ def resampled_escape(
     }
 
 
+def changed_rows(cheat: Sequence[Sequence[RolloutSample]], honest: Sequence[Sequence[RolloutSample]]) -> list[bool]:
+    """Per row of the cheat's files: do its tokens differ from the honest engine's for the same
+    assignment (problem, seed, sample index, the pool's temperature)? A cheat that leaves a row's
+    tokens as the assignment determines them has not changed what the trainer sees in that row."""
+    return [
+        c.completion_tokens != h.completion_tokens
+        for cheat_file, honest_file in zip(cheat, honest, strict=True)
+        for c, h in zip(cheat_file, honest_file, strict=True)
+    ]
+
+
 def main() -> None:
     from worker.engine import InferenceEngine
 
@@ -352,16 +380,32 @@ def main() -> None:
     cases["honest"] = honest_files(engine, honest_problems, BASE_SEED, 1.0)
     cases["honest_long"] = long_files(engine, args.long_files)
     cheat_problems = _problems(4048, args.cheat_files)
-    cases["temperature_0.8"] = honest_files(engine, cheat_problems, BASE_SEED + 500, 0.8, claimed=1.0)
-    cases["temperature_1.25"] = honest_files(engine, cheat_problems, BASE_SEED + 550, 1.25, claimed=1.0)
+    cases["temperature_0.8"] = honest_files(
+        engine, cheat_problems, BASE_SEED + CHEAT_SEEDS["temperature_0.8"], 0.8, 1.0
+    )
+    cases["temperature_1.25"] = honest_files(
+        engine, cheat_problems, BASE_SEED + CHEAT_SEEDS["temperature_1.25"], 1.25, 1.0
+    )
+    references = {
+        case: honest_files(engine, cheat_problems, BASE_SEED + offset, 1.0) for case, offset in CHEAT_SEEDS.items()
+    }
     engine.close()
     current = validators["bf16"]
-    cases["tie_steering"] = cheater_files(current, cheat_problems, BASE_SEED + 600, steering_pick)
-    cases["neighbor_checkpoint"] = cheater_files(
-        neighbor_checkpoint(path, 1), cheat_problems, BASE_SEED + 700, seeded_pick
+    cases["tie_steering"] = cheater_files(
+        current, cheat_problems, BASE_SEED + CHEAT_SEEDS["tie_steering"], steering_pick
     )
-    cases["int8_weights"] = cheater_files(int8_copy(path), cheat_problems, BASE_SEED + 800, seeded_pick)
+    cases["neighbor_checkpoint"] = cheater_files(
+        neighbor_checkpoint(path, 1), cheat_problems, BASE_SEED + CHEAT_SEEDS["neighbor_checkpoint"], seeded_pick
+    )
+    cases["int8_weights"] = cheater_files(
+        int8_copy(path), cheat_problems, BASE_SEED + CHEAT_SEEDS["int8_weights"], seeded_pick
+    )
+    cases["honest_torch"] = cheater_files(current, cheat_problems, BASE_SEED + CHEAT_SEEDS["honest_torch"], seeded_pick)
+    changed = {case: changed_rows(cases[case], references[case]) for case in CHEAT_SEEDS}
     lines: list[dict[str, Any]] = [_setup()]
+    for case, moved in changed.items():
+        lines.append({"kind": "changed", "case": case, "rows": len(moved), "changed_rows": sum(moved)})
+        print(json.dumps(lines[-1]), flush=True)
     pools: dict[tuple[str, str], list[SampleVerdict]] = {}
     for case, files in cases.items():
         for precision, validator in validators.items():
@@ -390,15 +434,24 @@ def main() -> None:
             | resampled_escape(honest, honest, 0, args.trials, 0)
         )
         print(json.dumps(lines[-1]), flush=True)
-        for case in ("temperature_0.8", "temperature_1.25", "tie_steering", "neighbor_checkpoint", "int8_weights"):
+        for case in CHEAT_SEEDS:
             cheat = pools[case, precision]
-            if case == "tie_steering":  # the rows where steering changed a token
-                cheat = [v for v in cheat if v.sampling.tolerated_ties]
-            for cheated_rows in (math.ceil(0.1 * FILE_ROWS), FILE_ROWS):
-                lines.append(
-                    {"kind": "resampled", "case": case, "precision": precision}
-                    | resampled_escape(honest, cheat, cheated_rows, args.trials, cheated_rows)
-                )
+            touched = [v for v, moved in zip(cheat, changed[case], strict=True) if moved]
+            for rows, cheated_rows in (
+                ("all", math.ceil(0.1 * FILE_ROWS)),
+                ("all", FILE_ROWS),
+                ("changed", math.ceil(0.1 * FILE_ROWS)),
+            ):
+                pool = cheat if rows == "all" else touched
+                head = {"kind": "resampled", "case": case, "precision": precision, "rows_from": rows}
+                if not pool:
+                    lines.append(head | {"cheated_rows": cheated_rows, "pool_rows": 0})
+                else:
+                    lines.append(
+                        head
+                        | {"pool_rows": len(pool)}
+                        | resampled_escape(honest, pool, cheated_rows, args.trials, cheated_rows)
+                    )
                 print(json.dumps(lines[-1]), flush=True)
     lines.append({"kind": "timing", "seconds": round(time.monotonic() - started, 1)})
     RESULTS.parent.mkdir(exist_ok=True)
