@@ -10,14 +10,32 @@ from typing import Any
 
 
 def append_csv(path: Path, row: Mapping[str, Any]) -> None:
-    """Append `row` (writing the header first for a new file)."""
-    new = not path.exists()
+    """Append `row`, writing the header first for a new file. A file written by a trainer with other
+    columns (an older release, or a step that reported a metric the others did not) is rewritten
+    once with the union of the columns, old rows left blank in the new ones, so every value stays
+    under its own header."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    header = _header(path)
+    if header is not None and set(row) - set(header):
+        rows = read_csv(path)
+        header = [*header, *(k for k in row if k not in header)]
+        with path.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=header, restval="")
+            writer.writeheader()
+            writer.writerows(rows)
     with path.open("a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(row))
-        if new:
+        writer = csv.DictWriter(handle, fieldnames=header or list(row), restval="")
+        if header is None:
             writer.writeheader()
         writer.writerow(row)
+
+
+def _header(path: Path) -> list[str] | None:
+    """The column names of an existing metrics file (None when there is none or it is empty)."""
+    if not path.exists():
+        return None
+    with path.open(newline="") as handle:
+        return next(csv.reader(handle), None)
 
 
 def read_csv(path: Path) -> list[dict[str, str]]:
