@@ -100,6 +100,8 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     bench.record("fundPool", bench.send("creator", pool.functions.fundPool(1, 1_000_000 * TOKEN)))
     bench.record("startPool", bench.send("creator", pool.functions.startPool(1)))
 
+    bench.record("approvePool", bench.send("provider", pool.functions.approvePool(1, 1_000 * TOKEN)))
+    bench.send("provider2", pool.functions.approvePool(1, 1_000 * TOKEN))
     manager = Account.from_key(ANVIL_KEYS[3])
     expiry = bench.w3.eth.get_block("latest")["timestamp"] + 3600
     for nonce, (who, member) in enumerate((("provider", node), ("provider2", node2))):

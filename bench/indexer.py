@@ -93,6 +93,7 @@ class Market:
         me.stake_manager.stake(1_000 * TOKEN)
         proof = sign_node_ownership(node, provider.address, book.chain_id, book.compute_registry)
         me.registry.add_node(node.address, 4, b"\x01" * 32, proof)
+        me.pool.approve_pool(pool_id, 1_000 * TOKEN)
         expiry = w3.eth.get_block("latest")["timestamp"] + 3600
         me.pool.join_pool(sign_invite(admin, pool_id, node.address, 1, expiry, book.chain_id, book.compute_pool))
         return cls(w3, book, admin, validator, provider, node, pool_id)

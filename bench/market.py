@@ -47,7 +47,9 @@ def bench_market(name: str, redis_db: int, *, dispatch: bool) -> Iterator[BenchM
             )
             try:
                 cast = stack.cast
-                onboard_node(stack.admin, cast.alice, cast.alice_node, PROVIDER_STAKE, NODE_COMPUTE_UNITS)
+                onboard_node(
+                    stack.admin, cast.alice, cast.alice_node, PROVIDER_STAKE, NODE_COMPUTE_UNITS, pools=(stack.pool_id,)
+                )
                 yield BenchMarket(root, stack, s3)
             finally:
                 stack.close()

@@ -1,6 +1,7 @@
 """Validating one submission, start to recorded decision, without Celery.
 
-1. Re-read the indexed submission; only `pending` work is judged.
+1. Re-read the indexed submission; only `pending` work is judged, and never work of this
+   validator's own node or provider (`ComputePool` refuses such a verdict).
 2. Claim it in PostgreSQL (`validator.store.claim`): the first validator owns it, a redelivered
    task of the owner sees the recorded decision and stops; another validator stops if the owner
    decided, and otherwise retries (`HeldByAnother`) until the owner decides or its lease expires.
@@ -61,6 +62,9 @@ class Outcome(StrEnum):
     """We recorded a decision before (a redelivered task)."""
     OTHERS = "others"
     """Another validator owns the submission."""
+    OWN_WORK = "own_work"
+    """The submission is of this validator's own node or provider: the contract refuses the verdict,
+    and a validator judging itself is no check at all. Left to the other validators."""
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,9 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
         sub = get_submission(conn, pool_id, work_key)
         if sub.status != "pending":
             return Result(Outcome.ALREADY_JUDGED)
+        if res.address in (sub.node, sub.provider):
+            log.warning("not judging our own node's work", extra={**context, "node": sub.node})
+            return Result(Outcome.OWN_WORK)
         assignment = pool_assignment(conn, pool_id)
         issued = last_issued_batch(conn, pool_id, sub.node, sub.model_version)
         claim = store.claim(conn, pool_id, work_key, res.address, lease_seconds=res.settings.validator_lease)

@@ -58,7 +58,7 @@ from worker.submit import SubmitRefused, stale_reason, submit, upload
 
 log = logging.getLogger(__name__)
 
-INDEXER_LAG_ERRORS = frozenset({"node_not_registered", "node_not_announced", "chain_unknown"})
+INDEXER_LAG_ERRORS = frozenset({"node_not_registered", "node_not_announced", "chain_unknown", "pool_not_approved"})
 """Refusals that mean "the backend has not indexed the chain change yet": wait, then ask again."""
 
 SHUTDOWN_SECONDS = 25.0
@@ -202,6 +202,14 @@ class WorkerNode:
             self._check_not_barred()
             if not self.config.join:
                 self.console.say(f"waiting for the provider to join node {self.node} to pool {pool_id}")
+                sleep_unless_stopped(self.stop, self.config.idle_interval or 5.0)
+                continue
+            provider = self._chain(lambda: self.client.registry.active_node_provider(self.node), "registry lookup")
+            if provider is not None and not self.client.pool.pool_approval(pool_id, provider).approved:
+                self.console.say(
+                    f"waiting for provider {provider} to approve pool {pool_id} "
+                    f"(`proofpool provider approve-pool {pool_id} --max-slash AMOUNT`)"
+                )
                 sleep_unless_stopped(self.stop, self.config.idle_interval or 5.0)
                 continue
             signed = retry(

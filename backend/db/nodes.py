@@ -247,6 +247,16 @@ async def membership(conn: AsyncConnection, pool_id: int, node: str) -> Membersh
         return await cur.fetchone()
 
 
+async def pool_approved(conn: AsyncConnection, pool_id: int, provider: str) -> bool:
+    """Whether `provider` approved `pool_id` (`ComputePool.approvePool`) and has not revoked it."""
+    cur = await conn.execute(
+        "SELECT approved FROM pool_approvals WHERE pool_id = %(pool_id)s AND provider = %(provider)s",
+        {"pool_id": pool_id, "provider": provider},
+    )
+    row = await cur.fetchone()
+    return bool(row and row[0])
+
+
 SELECT_ACTIVE_MEMBERS = """
     SELECT m.pool_id, m.node, m.provider, extract(epoch FROM b.timestamp)::float8 AS joined_at
     FROM memberships m

@@ -17,6 +17,7 @@ PROJECTION_TABLES: tuple[str, ...] = (
     "nodes",
     "pools",
     "memberships",
+    "pool_approvals",
     "submissions",
     "verdicts",
     "slashes",
@@ -123,6 +124,17 @@ NODE_BLACKLISTED = """
     VALUES (%(pool_id)s, %(node)s, true, %(block)s, %(tx)s)
     ON CONFLICT (pool_id, node) DO UPDATE
         SET blacklisted = true, block_number = EXCLUDED.block_number, tx_hash = EXCLUDED.tx_hash"""
+
+POOL_APPROVED = """
+    INSERT INTO pool_approvals (pool_id, provider, max_slash, approved, block_number, tx_hash)
+    VALUES (%(pool_id)s, %(provider)s, %(max_slash)s, true, %(block)s, %(tx)s)
+    ON CONFLICT (pool_id, provider) DO UPDATE
+        SET max_slash = EXCLUDED.max_slash, approved = true, block_number = EXCLUDED.block_number,
+            tx_hash = EXCLUDED.tx_hash"""
+
+POOL_APPROVAL_REVOKED = """
+    UPDATE pool_approvals SET approved = false, block_number = %(block)s, tx_hash = %(tx)s
+    WHERE pool_id = %(pool_id)s AND provider = %(provider)s"""
 
 # --- submissions and verdicts ---------------------------------------------------------------
 

@@ -154,6 +154,17 @@ def node_joined(cur: Cursor, e: IndexedEvent) -> None:
     )
 
 
+def pool_approved(cur: Cursor, e: IndexedEvent) -> None:
+    cur.execute(
+        sql.POOL_APPROVED,
+        {"pool_id": e.args["poolId"], "provider": e.args["provider"], "max_slash": e.args["maxSlash"], **_at(e)},
+    )
+
+
+def pool_approval_revoked(cur: Cursor, e: IndexedEvent) -> None:
+    cur.execute(sql.POOL_APPROVAL_REVOKED, {"pool_id": e.args["poolId"], "provider": e.args["provider"], **_at(e)})
+
+
 def node_left(cur: Cursor, e: IndexedEvent) -> None:
     cur.execute(sql.MEMBER_STATE, {"pool_id": e.args["poolId"], "node": e.args["node"], "state": "left", **_at(e)})
 
@@ -279,6 +290,8 @@ PROJECTORS: Mapping[str, Apply] = {
     "PoolFunded": pool_funded,
     "PoolStarted": pool_started,
     "PoolClosed": pool_closed,
+    "PoolApproved": pool_approved,
+    "PoolApprovalRevoked": pool_approval_revoked,
     "NodeJoined": node_joined,
     "NodeLeft": node_left,
     "NodeEjected": node_ejected,

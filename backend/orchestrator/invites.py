@@ -1,7 +1,8 @@
 """Invites: the orchestrator holds the pool manager key and signs an EIP-712 invite for an
 announced, registered node that is not a member and not banned, so its provider can call
-`joinPool`. The checks mirror `ComputePool._checkJoin`, so an invite we hand out is one the
-contract will take (unless the chain moved since the indexer last looked).
+`joinPool`. The checks mirror `ComputePool._checkJoin` (including the provider's approval of the
+pool), so an invite we hand out is one the contract will take (unless the chain moved since the
+indexer last looked).
 """
 
 from __future__ import annotations
@@ -105,6 +106,13 @@ async def issue_invite(
         raise ApiError(403, "node_slashed", f"node {node} was slashed in pool {target} and may not rejoin")
     if member is not None and member.state == "active":
         raise ApiError(403, "already_member", f"node {node} is already an active member of pool {target}")
+    if not await db.pool_approved(conn, target, provider):
+        raise ApiError(
+            403,
+            "pool_not_approved",
+            f"provider {provider} has not approved pool {target}: its nodes may join only pools it approved "
+            f"(`proofpool provider approve-pool {target} --max-slash AMOUNT`, with the provider's key)",
+        )
     chain_id, pool_contract = await _domain(conn, settings)
 
     # Chain time may run ahead of the wall clock (devnet time travel): expire relative to the later.

@@ -6,11 +6,13 @@ import {IERC20} from "@openzeppelin/contracts/token/ERC20/IERC20.sol";
 import {SafeERC20} from "@openzeppelin/contracts/token/ERC20/utils/SafeERC20.sol";
 import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol";
 import {ECDSA} from "@openzeppelin/contracts/utils/cryptography/ECDSA.sol";
+import {SafeCast} from "@openzeppelin/contracts/utils/math/SafeCast.sol";
 import {EIP712} from "@openzeppelin/contracts/utils/cryptography/EIP712.sol";
 
 import {IComputePool} from "./interfaces/IComputePool.sol";
 import {IComputeRegistry} from "./interfaces/IComputeRegistry.sol";
 import {IStakeManager} from "./interfaces/IStakeManager.sol";
+import {IWorkLedger} from "./interfaces/IWorkLedger.sol";
 
 /// @title ComputePool
 /// @notice Compute pools, membership, submissions, verdicts and rewards. See {IComputePool}.
@@ -75,6 +77,13 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         string uri;
     }
 
+    /// @dev A provider's consent to a pool: the total the pool may slash from it and what it has.
+    struct Approval {
+        uint128 maxSlash;
+        uint120 slashed;
+        bool approved;
+    }
+
     /// @dev Pool values a finalizeWork batch reads once and the budget it carries between keys.
     struct Settlement {
         uint256 poolId;
@@ -95,6 +104,8 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     mapping(uint256 poolId => Checkpoint) private _checkpoints;
     mapping(bytes32 digest => bool) private _usedInvites;
     mapping(address account => uint256) private _rewards;
+    mapping(uint256 poolId => mapping(address provider => Approval)) private _approvals;
+    mapping(address provider => uint256) private _openWork;
 
     /// @param token_ The reward token (must be the StakeManager's token: slashed stake is paid out here).
     /// @param stakeManager_ The StakeManager; this contract needs its SLASHER_ROLE.
@@ -179,6 +190,30 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     // ------------------------------------------------------------------ membership
 
     /// @inheritdoc IComputePool
+    function approvePool(uint256 poolId, uint256 maxSlash) external {
+        address provider = _msgSender();
+        if (!_registry.isProvider(provider)) revert ComputePoolNotProvider(provider);
+        Pool storage pool = _existingPool(poolId);
+        if (pool.status == PoolStatus.Closed) revert ComputePoolClosed(poolId);
+        if (maxSlash < pool.slashAmount) revert ComputePoolApprovalBelowSlash(poolId, maxSlash, pool.slashAmount);
+        Approval storage approval = _approvals[poolId][provider];
+        uint256 current = approval.maxSlash;
+        if (maxSlash < current) revert ComputePoolApprovalLowered(poolId, current, maxSlash);
+        approval.maxSlash = SafeCast.toUint128(maxSlash);
+        approval.approved = true;
+        emit PoolApproved(poolId, provider, maxSlash);
+    }
+
+    /// @inheritdoc IComputePool
+    function revokePoolApproval(uint256 poolId) external {
+        address provider = _msgSender();
+        Approval storage approval = _approvals[poolId][provider];
+        if (!approval.approved) revert ComputePoolNotApproved(poolId, provider);
+        approval.approved = false;
+        emit PoolApprovalRevoked(poolId, provider);
+    }
+
+    /// @inheritdoc IComputePool
     function joinPool(uint256 poolId, address node, uint256 nonce, uint256 expiry, bytes calldata signature)
         external
     {
@@ -237,6 +272,7 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         uint40 now_ = uint40(block.timestamp);
         work.head = WorkHead({status: WorkStatus.Pending, validator: address(0), statusSince: now_, submittedAt: now_});
         work.body = WorkBody({node: node, workUnits: workUnits, modelVersion: modelVersion});
+        ++_openWork[member.provider];
         emit WorkSubmitted(poolId, workKey, node, member.provider, workUnits, modelVersion);
     }
 
@@ -245,13 +281,12 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         uint256 count = workKeys.length;
         if (count == 0) revert ComputePoolEmptyBatch(poolId);
         mapping(bytes32 => Work) storage works = _work[poolId];
+        mapping(address => Member) storage members = _members[poolId];
         address validator = _msgSender();
         uint40 now_ = uint40(block.timestamp);
         for (uint256 i = 0; i < count; ++i) {
             bytes32 workKey = workKeys[i];
-            WorkHead storage head = works[workKey].head;
-            WorkStatus status = head.status;
-            if (status != WorkStatus.Pending) revert ComputePoolWorkNotPending(poolId, workKey, status);
+            WorkHead storage head = _checkAttestable(poolId, workKey, works[workKey], members, validator);
             head.status = WorkStatus.Accepted;
             head.validator = validator;
             head.statusSince = now_;
@@ -276,14 +311,16 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
             revert ComputePoolWorkNotDisputable(poolId, workKey, status);
         }
         address validator = _msgSender();
+        address node = work.body.node;
+        Member storage member = _members[poolId][node];
+        address provider = member.provider;
+        if (validator == node || validator == provider) revert ComputePoolSelfVerdict(poolId, workKey, validator);
         head.status = WorkStatus.Invalid;
         head.validator = validator;
         head.statusSince = uint40(block.timestamp);
-        address node = work.body.node;
+        --_openWork[provider];
         emit WorkInvalidated(poolId, workKey, node, validator, reason);
 
-        Member storage member = _members[poolId][node];
-        address provider = member.provider;
         if (member.state != MemberState.Slashed) {
             member.state = MemberState.Slashed;
             member.since = uint40(block.timestamp);
@@ -403,6 +440,21 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     }
 
     /// @inheritdoc IComputePool
+    function poolApproval(uint256 poolId, address provider)
+        external
+        view
+        returns (uint256 maxSlash, uint256 slashed, bool approved)
+    {
+        Approval memory approval = _approvals[poolId][provider];
+        return (approval.maxSlash, approval.slashed, approval.approved);
+    }
+
+    /// @inheritdoc IWorkLedger
+    function openWork(address provider) external view returns (uint256) {
+        return _openWork[provider];
+    }
+
+    /// @inheritdoc IComputePool
     function rewardBalance(address account) external view returns (uint256) {
         return _rewards[account];
     }
@@ -505,7 +557,7 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         }
     }
 
-    /// @dev Blacklist and slash, registry and caller, pool status, membership; returns the provider.
+    /// @dev Blacklist and slash, registry and caller, approval, pool status, membership; returns the provider.
     function _checkJoin(uint256 poolId, address node, Member storage member) private view returns (address provider) {
         Member memory current = member;
         if (current.blacklisted) revert ComputePoolNodeBlacklisted(poolId, node);
@@ -514,11 +566,29 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         if (provider == address(0)) revert ComputePoolNodeInactive(node);
         address caller = _msgSender();
         if (caller != provider && caller != node) revert ComputePoolNotNodeProvider(poolId, node, caller);
+        if (!_approvals[poolId][provider].approved) revert ComputePoolNotApproved(poolId, provider);
         PoolStatus status = _pools[poolId].status;
         if (status != PoolStatus.Active) revert ComputePoolNotActive(poolId, status);
         if (current.state == MemberState.Active) revert ComputePoolAlreadyMember(poolId, node);
         if (current.provider != address(0) && current.provider != provider) {
             revert ComputePoolProviderMismatch(poolId, node, current.provider, provider);
+        }
+    }
+
+    /// @dev A Pending submission whose node and provider are not `validator`; returns its head.
+    function _checkAttestable(
+        uint256 poolId,
+        bytes32 workKey,
+        Work storage work,
+        mapping(address => Member) storage members,
+        address validator
+    ) private view returns (WorkHead storage head) {
+        head = work.head;
+        WorkStatus status = head.status;
+        if (status != WorkStatus.Pending) revert ComputePoolWorkNotPending(poolId, workKey, status);
+        address node = work.body.node;
+        if (validator == node || validator == members[node].provider) {
+            revert ComputePoolSelfVerdict(poolId, workKey, validator);
         }
     }
 
@@ -537,6 +607,7 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         }
         WorkBody memory body = work.body;
         Member storage member = members[body.node];
+        --_openWork[member.provider];
         if (member.state == MemberState.Slashed) {
             head.status = WorkStatus.Forfeited;
             head.statusSince = uint40(block.timestamp);
@@ -578,7 +649,12 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         address provider,
         address validator
     ) private {
-        uint256 slashed = _stakeManager.slash(provider, pool.slashAmount);
+        Approval storage approval = _approvals[poolId][provider];
+        uint256 room = approval.maxSlash - approval.slashed;
+        uint256 amount = pool.slashAmount < room ? pool.slashAmount : room;
+        uint256 slashed = amount == 0 ? 0 : _stakeManager.slash(provider, amount);
+        // slashed <= amount <= room, so the sum stays <= maxSlash < 2^128.
+        approval.slashed += uint120(slashed);
         uint256 validatorShare = (slashed * pool.validatorSlashShareBps) / _BPS;
         uint256 treasuryShare = slashed - validatorShare;
         address treasury = pool.treasury;

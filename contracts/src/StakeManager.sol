@@ -8,6 +8,7 @@ import {ReentrancyGuard} from "@openzeppelin/contracts/utils/ReentrancyGuard.sol
 
 import {IComputeRegistry} from "./interfaces/IComputeRegistry.sol";
 import {IStakeManager} from "./interfaces/IStakeManager.sol";
+import {IWorkLedger} from "./interfaces/IWorkLedger.sol";
 
 /// @title StakeManager
 /// @notice Provider collateral. See {IStakeManager}.
@@ -24,6 +25,7 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
 
     IERC20 private immutable _token;
     IComputeRegistry private _registry;
+    IWorkLedger private _workLedger;
     uint64 private _unbondingPeriod;
     uint256 private _minStake;
     uint256 private _stakePerComputeUnit;
@@ -90,6 +92,11 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
         Unbonding memory bucket = _unbonding[provider];
         if (bucket.amount == 0) revert StakeManagerNothingToWithdraw(provider);
         if (block.timestamp < bucket.maturesAt) revert StakeManagerUnbondingNotMatured(provider, bucket.maturesAt);
+        IWorkLedger ledger = _workLedger;
+        if (address(ledger) != address(0)) {
+            uint256 open = ledger.openWork(provider);
+            if (open > 0) revert StakeManagerOpenWork(provider, open);
+        }
         amount = bucket.amount;
         delete _unbonding[provider];
         emit Withdrawn(provider, amount);
@@ -130,6 +137,14 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     }
 
     /// @inheritdoc IStakeManager
+    function setWorkLedger(address ledger) external onlyRole(DEFAULT_ADMIN_ROLE) {
+        if (ledger == address(0)) revert StakeManagerZeroAddress();
+        address old = address(_workLedger);
+        _workLedger = IWorkLedger(ledger);
+        emit WorkLedgerUpdated(old, ledger);
+    }
+
+    /// @inheritdoc IStakeManager
     function setUnbondingPeriod(uint64 newPeriod) external onlyRole(DEFAULT_ADMIN_ROLE) {
         if (newPeriod <= _unbondingPeriod) revert StakeManagerUnbondingPeriodNotIncreased(_unbondingPeriod, newPeriod);
         _setUnbondingPeriod(newPeriod);
@@ -146,6 +161,11 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     /// @inheritdoc IStakeManager
     function token() external view returns (address) {
         return address(_token);
+    }
+
+    /// @inheritdoc IStakeManager
+    function workLedger() external view returns (address) {
+        return address(_workLedger);
     }
 
     /// @inheritdoc IStakeManager

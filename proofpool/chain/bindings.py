@@ -137,6 +137,15 @@ class Work:
 
 
 @dataclass(frozen=True)
+class PoolApproval:
+    """A provider's consent to a pool (`poolApproval`): the total the pool may slash from it."""
+
+    max_slash: int
+    slashed: int
+    approved: bool
+
+
+@dataclass(frozen=True)
 class Checkpoint:
     """The latest anchored checkpoint of a pool (`latestCheckpoint`)."""
 
@@ -286,6 +295,9 @@ class StakeManager(ContractBinding):
     def unbonding_period(self) -> int:
         return int(self._call(self.contract.functions.unbondingPeriod()))
 
+    def work_ledger(self) -> str:
+        return str(self._call(self.contract.functions.workLedger()))
+
 
 class ComputeRegistry(ContractBinding):
     contract_name = "ComputeRegistry"
@@ -343,6 +355,23 @@ class ComputePool(ContractBinding):
 
     def close_pool(self, pool_id: int) -> TxReceipt:
         return self._send(self.contract.functions.closePool(pool_id))
+
+    def approve_pool(self, pool_id: int, max_slash: int) -> TxReceipt:
+        """Let the sender's nodes join `pool_id`, committing at most `max_slash` of its stake to it."""
+        return self._send(self.contract.functions.approvePool(pool_id, max_slash))
+
+    def revoke_pool_approval(self, pool_id: int) -> TxReceipt:
+        return self._send(self.contract.functions.revokePoolApproval(pool_id))
+
+    def pool_approval(self, pool_id: int, provider: str) -> PoolApproval:
+        max_slash, slashed, approved = self._call(
+            self.contract.functions.poolApproval(pool_id, to_checksum_address(provider))
+        )
+        return PoolApproval(int(max_slash), int(slashed), bool(approved))
+
+    def open_work(self, provider: str) -> int:
+        """Submissions of the provider's nodes still Pending or Accepted (its stake cannot be withdrawn)."""
+        return int(self._call(self.contract.functions.openWork(to_checksum_address(provider))))
 
     def join_pool(self, invite: Invite) -> TxReceipt:
         fn = self.contract.functions.joinPool(

@@ -135,7 +135,9 @@ def deploy_contracts(w3: Web3, sender: TxSender, params: DeployParams | None = N
         deployer=admin,
         params=params,
     )
-    sender.send(_contract(w3, book, "StakeManager").functions.setComputeRegistry(registry))
+    stake_manager_contract = _contract(w3, book, "StakeManager")
+    sender.send(stake_manager_contract.functions.setComputeRegistry(registry))
+    sender.send(stake_manager_contract.functions.setWorkLedger(pool))
     grant_role(w3, sender, book, "SLASHER_ROLE", pool)
     if params.admin_is_minter:
         grant_role(w3, sender, book, "MINTER_ROLE", admin)

@@ -20,6 +20,7 @@ from rich.table import Table
 from web3.types import TxReceipt
 
 from proofpool.chain.accounts import account_address, load_account
+from proofpool.chain.bindings import WorkStatus
 from proofpool.chain.client import ChainClient
 from proofpool.chain.errors import ContractRevert
 from proofpool.chain.signing import Invite, sign_node_ownership
@@ -85,9 +86,126 @@ def unbond(
 
 @app.command()
 def withdraw(key: KeyOption = None, rpc_url: RpcOption = None) -> None:
-    """Withdraw matured unbonded stake."""
+    """Withdraw matured unbonded stake (refused while your nodes have open work: a verdict can
+    still slash the stake behind it)."""
     client = signer_client(key, rpc_url)
-    report_tx(client, "withdrew unbonded stake", client.stake_manager.withdraw())
+    try:
+        receipt = client.stake_manager.withdraw()
+    except ContractRevert as revert:
+        if revert.name != "StakeManagerOpenWork":
+            raise
+        open_work = client.pool.open_work(client.address)
+        raise ProofpoolError(
+            f"{open_work} submission(s) of your nodes are still pending or inside their dispute window; "
+            "the stake behind them stays bonded until they are judged and finalized "
+            "(`proofpool provider finalize` once their dispute window has passed)"
+        ) from revert
+    report_tx(client, "withdrew unbonded stake", receipt)
+
+
+FINALIZE_BATCH = 50
+"""Work keys per `finalizeWork` transaction."""
+
+
+@app.command()
+def finalize(
+    pool_id: int | None = typer.Option(None, "--pool", help="Only this pool (default: every pool)."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+    backend_url: BackendOption = None,
+) -> None:
+    """Settle your nodes' accepted work whose dispute window has passed: credits the rewards and
+    releases the stake behind it (stake with open work cannot be withdrawn). Anyone may finalize
+    anyone's work; this finds yours through the backend's ledger and checks each key on-chain."""
+    client = signer_client(key, rpc_url)
+    filters: dict[str, object] = {"provider": client.address, "status": "accepted"}
+    if pool_id is not None:
+        filters["pool_id"] = pool_id
+    with LedgerClient(backend_url or get_settings().backend_url, timeout=10.0) as ledger:
+        rows = ledger.items("submissions", filters)
+    now = client.w3.eth.get_block("latest")["timestamp"]
+    due: dict[int, list[bytes]] = {}
+    waiting = 0
+    windows: dict[int, int] = {}
+    for row in rows:
+        pool = int(row["pool_id"])
+        work_key = bytes.fromhex(str(row["work_key"]).removeprefix("0x"))
+        work = client.pool.get_work(pool, work_key)
+        if work.status is not WorkStatus.ACCEPTED:
+            continue  # the ledger lags the chain: already finalized or invalidated
+        if pool not in windows:
+            windows[pool] = client.pool.get_pool(pool).dispute_window
+        if work.status_since + windows[pool] <= now:
+            due.setdefault(pool, []).append(work_key)
+        else:
+            waiting += 1
+    if not due:
+        console.print(f"nothing to finalize ({waiting} accepted submission(s) still inside their dispute window)")
+        return
+    for pool, keys in sorted(due.items()):
+        for start in range(0, len(keys), FINALIZE_BATCH):
+            batch = keys[start : start + FINALIZE_BATCH]
+            receipt = client.pool.finalize_work(pool, batch)
+            report_tx(client, f"finalized {len(batch)} submission(s) in pool {pool}", receipt)
+    if waiting:
+        console.print(f"{waiting} accepted submission(s) still inside their dispute window")
+
+
+@app.command("approve-pool")
+def approve_pool(
+    pool_id: int = typer.Argument(..., help="The pool your nodes may join."),
+    max_slash: str = typer.Option(
+        ...,
+        help="POOL tokens: the most this pool may slash from your stake in total, over all your nodes "
+        "and verdicts. At least the pool's slash per invalid submission.",
+    ),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Let your nodes join a pool and cap what it can take from your stake.
+
+    A node key can join only pools its provider approved, so a stolen node key cannot commit your
+    stake to a pool of the thief's making. Check the pool's terms first (`proofpool pool show`):
+    its slash per invalid submission, its treasury and the validators' share of slashes.
+    """
+    client = signer_client(key, rpc_url)
+    pool = client.pool.get_pool(pool_id)
+    if pool.creator == "0x" + "0" * 40:
+        raise ProofpoolError(f"pool {pool_id} does not exist")
+    units = parse_pool(max_slash)
+    if units < pool.slash_amount:
+        raise ProofpoolError(
+            f"pool {pool_id} slashes {format_pool(pool.slash_amount)} POOL per invalid submission; "
+            f"--max-slash {max_slash} is below it"
+        )
+    current = client.pool.pool_approval(pool_id, client.address)
+    if units < current.max_slash:
+        raise ProofpoolError(
+            f"you already approved up to {format_pool(current.max_slash)} POOL for pool {pool_id}; "
+            "a maximum can be raised, never lowered (submitted work counts on it)"
+        )
+    receipt = client.pool.approve_pool(pool_id, units)
+    report_tx(
+        client,
+        f"approved pool {pool_id}: your nodes may join; it may slash at most {max_slash} POOL of your stake "
+        f"(per invalid submission {format_pool(pool.slash_amount)} POOL, treasury {pool.treasury})",
+        receipt,
+    )
+
+
+@app.command("revoke-pool")
+def revoke_pool(
+    pool_id: int = typer.Argument(..., help="A pool you approved."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Stop your nodes from joining a pool. Nodes already in it stay members until they leave
+    (`leavePool`) or you remove them from the registry; work already submitted stays slashable up
+    to the maximum you approved."""
+    client = signer_client(key, rpc_url)
+    if not client.pool.pool_approval(pool_id, client.address).approved:
+        raise ProofpoolError(f"you have not approved pool {pool_id}")
+    report_tx(client, f"revoked your approval of pool {pool_id}", client.pool.revoke_pool_approval(pool_id))
 
 
 @app.command("sign-node")

@@ -64,7 +64,7 @@ def run_chain_loop(client: ChainClient, cast: Cast, say: Callable[[str], None]) 
     for provider, node in ((cast.alice, cast.alice_node), (cast.bob, cast.bob_node)):
         name = cast.names()[provider.address]
         say(f"{name}: register, stake 200 POOL, add a node with {NODE_COMPUTE_UNITS} compute units, join the pool")
-        me = onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS)
+        me = onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS, pools=(pool_id,))
         expiry = admin.w3.eth.get_block("latest")["timestamp"] + 600
         invite = sign_invite(cast.manager, pool_id, node.address, 1, expiry, me.chain_id, me.pool.address)
         me.pool.join_pool(invite)

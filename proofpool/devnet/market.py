@@ -6,6 +6,7 @@ and the tests, so every one of them sets the market up the same way.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -92,15 +93,20 @@ def onboard_node(
     stake: int,
     compute_units: int,
     specs: bytes = b"cpu-2-cores",
+    *,
+    pools: Sequence[int] = (),
 ) -> ChainClient:
-    """Register `provider`, stake `stake`, add `node` (signed by the node key) and give the node gas
-    money if it has none; returns a client sending as the provider."""
+    """Register `provider`, stake `stake`, add `node` (signed by the node key), approve each of `pools`
+    with the whole stake as the most it may slash, and give the node gas money if it has none;
+    returns a client sending as the provider."""
     me = admin.as_account(provider)
     me.registry.register_provider()
     me.token.approve(me.stake_manager.address, stake)
     me.stake_manager.stake(stake)
     proof = sign_node_ownership(node, provider.address, me.chain_id, me.registry.address)
     me.registry.add_node(node.address, compute_units, hashlib.sha256(specs).digest(), proof)
+    for pool_id in pools:
+        me.pool.approve_pool(pool_id, stake)
     if admin.w3.eth.get_balance(node.address) == 0:
         TxSender(admin.w3, provider).transfer_eth(node.address, NODE_GAS_MONEY)
     return me

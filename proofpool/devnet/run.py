@@ -204,7 +204,7 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
     providers = cast.providers()
     run.cheater = providers[-1][0] if config.cheat else None
     for name, provider, node in providers:
-        onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS)
+        onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS, pools=(pool,))
         args = [
             *("worker", "run", "--pool", str(pool), "--state-dir", str(root / "workers" / name)),
             *("--idle-interval", "1"),

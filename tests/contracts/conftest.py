@@ -131,6 +131,8 @@ def world(w3: Web3) -> World:
     world.creator.send(c.token.functions.approve(book.compute_pool, BUDGET))
     world.creator.send(c.pool.functions.fundPool(POOL_ID, BUDGET))
     world.creator.send(c.pool.functions.startPool(POOL_ID))
+    for provider in (world.provider, world.provider2):
+        provider.send(c.pool.functions.approvePool(POOL_ID, PROVIDER_STAKE))
     expiry = world.chain.timestamp() + 365 * 24 * 3600
     c.join(world.provider, world.manager, POOL_ID, world.node1, 1, expiry)
     c.join(world.provider2, world.manager, POOL_ID, world.node2, 2, expiry)

@@ -13,7 +13,7 @@ import pytest
 
 from proofpool.chain.deploy import load_address_book, write_address_book
 from proofpool.errors import ConfigError
-from tests.contracts.conftest import POOL_ID, UNBONDING_PERIOD, World
+from tests.contracts.conftest import POOL_ID, PROVIDER_STAKE, UNBONDING_PERIOD, World
 from tests.contracts.helpers import Actor, expect_revert, reason, work_key
 
 ACTORS = (
@@ -66,6 +66,8 @@ CASES = [
     Restricted("StakeManager.setComputeRegistry",
                lambda w: w.c.stake.functions.setComputeRegistry(w.c.book.compute_registry),
                ("admin",), _role_error("stake", "DEFAULT_ADMIN_ROLE")),
+    Restricted("StakeManager.setWorkLedger", lambda w: w.c.stake.functions.setWorkLedger(w.c.book.compute_pool),
+               ("admin",), _role_error("stake", "DEFAULT_ADMIN_ROLE")),
     Restricted("StakeManager.setUnbondingPeriod",
                lambda w: w.c.stake.functions.setUnbondingPeriod(UNBONDING_PERIOD + 1),
                ("admin",), _role_error("stake", "DEFAULT_ADMIN_ROLE")),
@@ -105,6 +107,10 @@ CASES = [
     Restricted("ComputePool.joinPool", _join_node3,
                ("provider", "node3"),
                lambda w, a: ("ComputePoolNotNodeProvider", (POOL_ID, w.node3.address, a.address))),
+    Restricted("ComputePool.approvePool", lambda w: w.c.pool.functions.approvePool(POOL_ID, PROVIDER_STAKE),
+               ("provider", "provider2"), lambda w, a: ("ComputePoolNotProvider", (a.address,))),
+    Restricted("ComputePool.revokePoolApproval", lambda w: w.c.pool.functions.revokePoolApproval(POOL_ID),
+               ("provider", "provider2"), lambda w, a: ("ComputePoolNotApproved", (POOL_ID, a.address))),
     Restricted("ComputePool.submitWork",
                lambda w: w.c.pool.functions.submitWork(POOL_ID, w.node1.address, work_key("s"), 1, 1),
                ("node1",), lambda w, a: ("ComputePoolCallerNotNode", (w.node1.address, a.address))),

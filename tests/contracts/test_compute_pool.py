@@ -52,7 +52,7 @@ SLASH_TO_TREASURY = SLASH_AMOUNT - SLASH_TO_VALIDATOR
 
 
 def make_pool(world: World, budget: int = 0, start: bool = True, **overrides: object) -> int:
-    """Create (and fund and start) another pool from `creator`; returns its id."""
+    """Create (and fund and start) another pool from `creator`, approved by both providers; returns its id."""
     fns = world.c.pool.functions
     world.creator.send(fns.createPool(world.pool_params(**overrides)))
     pool_id = fns.poolCount().call()
@@ -61,6 +61,8 @@ def make_pool(world: World, budget: int = 0, start: bool = True, **overrides: ob
         world.creator.send(fns.fundPool(pool_id, budget))
     if start:
         world.creator.send(fns.startPool(pool_id))
+    for provider in (world.provider, world.provider2):  # both providers' nodes may join it
+        provider.send(fns.approvePool(pool_id, PROVIDER_STAKE))
     return pool_id
 
 
@@ -860,6 +862,7 @@ class TestHostileToken:
         )
         world.creator.send(pool.functions.startPool(1))
         invite = world.c.invite(world.manager, 1, world.node1, 1, FAR, contract=pool.address)
+        world.provider.send(pool.functions.approvePool(1, PROVIDER_STAKE))
         world.provider.send(pool.functions.joinPool(1, world.node1.address, 1, FAR, invite))
         world.node1.send(pool.functions.submitWork(1, world.node1.address, work_key("bad"), 1, 1))
         world.validator.send(pool.functions.invalidateWork(1, work_key("bad"), reason("x")))

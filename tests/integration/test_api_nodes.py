@@ -298,11 +298,13 @@ def test_fresh_member_without_heartbeat_counts_from_its_join(api: ApiHarness) ->
 
 
 def invite_ready(api: ApiHarness, pool_id: int = 1):
-    """A registered, announced node outside any pool, a pool we manage, and a known chain."""
+    """A registered, announced node outside any pool, a pool we manage that its provider approved,
+    and a known chain."""
     node, provider = actors()
     api.add_node(node.address, provider.address)
     api.announce(node, provider.address)
     api.add_pool(pool_id, MANAGER.address)
+    api.add_approval(pool_id, provider.address)
     api.set_chain()
     write_address_book(api.settings.deployments_dir, POOL_CONTRACT)
     return node, provider
@@ -368,6 +370,8 @@ def test_invite_expiry_follows_chain_time_when_it_runs_ahead(api: ApiHarness) ->
         ("foreign_pool", 403, "pool_not_managed"),
         ("closed_pool", 403, "pool_not_active"),
         ("unknown_pool", 404, "unknown_pool"),
+        ("not_approved", 403, "pool_not_approved"),
+        ("approval_revoked", 403, "pool_not_approved"),
         ("no_chain", 503, "chain_unknown"),
     ],
 )
@@ -391,6 +395,11 @@ def test_invite_refusals(api: ApiHarness, setup: str, status: int, error: str) -
         pool_id = 2
     elif setup == "unknown_pool":
         pool_id = 99
+    elif setup == "not_approved":
+        api.add_pool(2, MANAGER.address)
+        pool_id = 2
+    elif setup == "approval_revoked":
+        api.conn.execute("UPDATE pool_approvals SET approved = false")
     elif setup == "no_chain":
         api.conn.execute("DELETE FROM indexer_state")
     reply = api.signed(signer, "GET", f"/v1/invites/{node.address}?pool_id={pool_id}")
@@ -493,10 +502,12 @@ def test_invite_joins_on_chain_and_sweeper_ejects_the_dead(api: ApiHarness, anvi
     me.registry.add_node(
         node.address, 4, b"\x00" * 32, sign_node_ownership(node, provider.address, me.chain_id, me.registry.address)
     )
+    me.pool.approve_pool(pool_id, 500 * TOKEN)
 
     # what the indexer would have written by now
     api.add_node(node.address, provider.address)
     api.add_pool(pool_id, MANAGER.address)
+    api.add_approval(pool_id, provider.address)
     api.set_chain(w3.eth.chain_id)
     write_address_book(api.settings.deployments_dir, book.compute_pool, w3.eth.chain_id)
     api.add_block(w3.eth.block_number, w3.eth.get_block("latest")["timestamp"])
@@ -564,6 +575,7 @@ def test_node_api_client_round_trip(api: ApiHarness) -> None:
     node, provider = actors()
     api.add_node(node.address, provider.address)
     api.add_pool(1, MANAGER.address)
+    api.add_approval(1, provider.address)
     api.set_chain()
     write_address_book(api.settings.deployments_dir, POOL_CONTRACT)
 

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from proofpool.chain.accounts import KEY_PASSWORD_ENV, encrypt_account
 from proofpool.chain.anvil import free_port
-from proofpool.chain.bindings import PoolParams
+from proofpool.chain.bindings import PoolApproval, PoolParams
 from proofpool.chain.client import ChainClient
 from proofpool.chain.signing import sign_invite
 from proofpool.chain.units import TOKEN
@@ -70,6 +70,7 @@ def _third_pool_with_unpaid_work(world: LoopWorld) -> int:
     node = cast.alice_node.address
     expiry = world.w3.eth.get_block("latest")["timestamp"] + 600
     invite = sign_invite(cast.manager, pool_id, node, 7, expiry, world.book.chain_id, admin.pool.address)
+    admin.as_account(cast.alice).pool.approve_pool(pool_id, 100 * TOKEN)
     admin.as_account(cast.alice).pool.join_pool(invite)
 
     submitter, validator = admin.as_account(cast.alice_node), admin.as_account(cast.validator)
@@ -293,3 +294,59 @@ def test_claim_with_a_hex_key_decodes_the_amount_from_the_event(cli, market, cha
     out = cli("provider", "claim", "--key", "0x" + validator.key.hex().removeprefix("0x"))
     assert f"claimed 0.5 POOL to {validator.address}" in out
     assert market.client.pool.reward_balance(validator.address) == 0
+
+
+def test_approve_pool_commits_at_most_the_chosen_stake_and_can_only_be_raised(
+    cli, market, alice_keystore, chain_snapshot
+):
+    alice, chain = market.world.cast.alice.address, market.client
+    key = ("--key", str(alice_keystore))
+    env = {KEY_PASSWORD_ENV: PASSWORD}
+    cast = market.world.cast
+    admin = ChainClient.build(market.world.w3, market.world.book, cast.admin)
+    params = PoolParams(
+        manager=cast.manager.address,
+        treasury=cast.treasury.address,
+        model_uri="devnet://approve",
+        reward_per_unit=1,
+        validator_fee=1,
+        slash_amount=50 * TOKEN,
+        dispute_window=DISPUTE_WINDOW,
+        validator_slash_share_bps=5_000,
+    )
+    pool_id, _ = admin.pool.create_pool(params)
+
+    below = cli("provider", "approve-pool", str(pool_id), "--max-slash", "49", *key, env=env, fails=ProofpoolError)
+    assert str(below) == f"pool {pool_id} slashes 50 POOL per invalid submission; --max-slash 49 is below it"
+    out = cli("provider", "approve-pool", str(pool_id), "--max-slash", "120", *key, env=env)
+    assert out.startswith(f"approved pool {pool_id}: your nodes may join; it may slash at most 120 POOL") and (
+        "PoolApproved" in out
+    )
+    assert chain.pool.pool_approval(pool_id, alice) == PoolApproval(120 * TOKEN, 0, True)
+    lower = cli("provider", "approve-pool", str(pool_id), "--max-slash", "60", *key, env=env, fails=ProofpoolError)
+    assert "can be raised, never lowered" in str(lower)
+
+    out = cli("provider", "revoke-pool", str(pool_id), *key, env=env)
+    assert out.startswith(f"revoked your approval of pool {pool_id}") and "PoolApprovalRevoked" in out
+    assert chain.pool.pool_approval(pool_id, alice) == PoolApproval(120 * TOKEN, 0, False)
+    again = cli("provider", "revoke-pool", str(pool_id), *key, env=env, fails=ProofpoolError)
+    assert str(again) == f"you have not approved pool {pool_id}"
+
+
+def test_withdraw_waits_for_open_work_and_finalize_settles_it(cli, market, alice_keystore, chain_snapshot):
+    """Alice's node has one pending and one accepted submission: her matured unbonding stays bonded
+    until both are settled; `provider finalize` settles the accepted one once its window passed."""
+    alice, chain, anvil = market.world.cast.alice.address, market.client, market.world.anvil
+    key, env = ("--key", str(alice_keystore)), {KEY_PASSWORD_ENV: PASSWORD}
+    assert chain.pool.open_work(alice) == 2
+    cli("provider", "unbond", "10", *key, env=env)
+    anvil.rpc("evm_increaseTime", [chain.stake_manager.unbonding_period() + 1])
+    anvil.rpc("evm_mine")
+    refused = cli("provider", "withdraw", *key, env=env, fails=ProofpoolError)
+    assert str(refused).startswith("2 submission(s) of your nodes are still pending or inside their dispute window")
+
+    out = cli("provider", "finalize", "--pool", str(market.pool_id), "--backend-url", market.backend_url, *key, env=env)
+    assert f"finalized 1 submission(s) in pool {market.pool_id}" in out and "WorkFinalized" in out
+    assert chain.pool.open_work(alice) == 1
+    out = cli("provider", "finalize", "--backend-url", market.backend_url, *key, env=env)
+    assert out.startswith("nothing to finalize (0 accepted submission(s) still inside their dispute window)")

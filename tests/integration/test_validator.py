@@ -100,7 +100,7 @@ class Bench:
         provider, node = Account.create(), Account.create()
         TxSender(admin.w3, cast.admin).transfer_eth(provider.address, 3 * 10**18)
         admin.token.mint(provider.address, 300 * TOKEN)
-        onboard_node(admin, provider, node, 200 * TOKEN, compute_units=1)
+        onboard_node(admin, provider, node, 200 * TOKEN, compute_units=1, pools=(self.market.pool_id,))
         as_node = admin.as_account(node)
         expiry = admin.w3.eth.get_block("latest")["timestamp"] + 3600
         nonce = int.from_bytes(os.urandom(8), "big")

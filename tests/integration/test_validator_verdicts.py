@@ -95,7 +95,7 @@ def world() -> Iterator[World]:
         grant_validator(w3, TxSender(w3, cast.admin), book, second.address)
         expiry = w3.eth.get_block("latest")["timestamp"] + 365 * 24 * 3600
         for provider, node in ((cast.alice, cast.alice_node), (cast.bob, cast.bob_node)):
-            me = onboard_node(admin, provider, node, 200 * TOKEN, 4)
+            me = onboard_node(admin, provider, node, 200 * TOKEN, 4, pools=(pool_id,))
             me.pool.join_pool(sign_invite(cast.manager, pool_id, node.address, 1, expiry, me.chain_id, me.pool.address))
         yield World(anvil, w3, book, cast, second, pool_id, url, itertools.count())
 

@@ -79,7 +79,7 @@ def spawn_cheater(market: Market, mode: CheatMode, root: Path, batches: int) -> 
     provider, node = Account.create(), Account.create()
     TxSender(admin.w3, market.stack.cast.admin).transfer_eth(provider.address, 3 * 10**18)
     admin.token.mint(provider.address, STAKE)
-    onboard_node(admin, provider, node, STAKE, compute_units=1)
+    onboard_node(admin, provider, node, STAKE, compute_units=1, pools=(market.pool_id,))
     worker = market.stack.spawn(
         f"worker-{mode.value}",
         ["worker", "run", "--pool", str(market.pool_id), "--state-dir", str(root / mode.value),

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 pragma solidity ^0.8.24;
 
+import {IWorkLedger} from "./IWorkLedger.sol";
+
 /// @title IComputePool
 /// @notice Compute pools: funded reward budgets, invite-only membership, work submissions keyed by the
 /// file's sha256, batch attestation by validators, invalidation with slashing, permissionless
 /// finalization after a dispute window, reward withdrawal and chain-anchored checkpoints.
-interface IComputePool {
+interface IComputePool is IWorkLedger {
     /// @notice Life cycle of a pool: Created -> Active -> Closed (Created -> Closed also allowed).
     enum PoolStatus {
         None,
@@ -68,6 +70,19 @@ interface IComputePool {
         uint16 validatorSlashShareBps;
         uint256 budget;
     }
+
+    /// @notice `provider` consented to its nodes joining `poolId`, and to up to `maxSlash` of its stake
+    /// being slashed by that pool in total.
+    /// @param poolId The pool.
+    /// @param provider The consenting provider (the caller).
+    /// @param maxSlash Total stake the pool may slash from the provider, over all its nodes and verdicts.
+    event PoolApproved(uint256 indexed poolId, address indexed provider, uint256 maxSlash);
+
+    /// @notice `provider` withdrew its consent: its nodes can no longer join `poolId`. Work already
+    /// submitted stays slashable up to the agreed maximum.
+    /// @param poolId The pool.
+    /// @param provider The provider (the caller).
+    event PoolApprovalRevoked(uint256 indexed poolId, address indexed provider);
 
     /// @notice Pool `poolId` was created by `creator`.
     /// @param poolId The new pool id (from 1).
@@ -394,6 +409,33 @@ interface IComputePool {
     /// @param account The caller.
     error ComputePoolNothingToWithdraw(address account);
 
+    /// @notice `provider` has not approved `poolId` (or revoked it): its nodes may not join.
+    /// @param poolId The pool.
+    /// @param provider The node's provider.
+    error ComputePoolNotApproved(uint256 poolId, address provider);
+
+    /// @notice An approval's `maxSlash` is below the pool's per-verdict `slashAmount`.
+    /// @param poolId The pool.
+    /// @param maxSlash The proposed maximum.
+    /// @param slashAmount The pool's slash per invalid submission.
+    error ComputePoolApprovalBelowSlash(uint256 poolId, uint256 maxSlash, uint256 slashAmount);
+
+    /// @notice An approval may only raise the maximum slash (open work was submitted under it).
+    /// @param poolId The pool.
+    /// @param current The maximum already agreed.
+    /// @param proposed The refused lower maximum.
+    error ComputePoolApprovalLowered(uint256 poolId, uint256 current, uint256 proposed);
+
+    /// @notice The caller is not a registered provider.
+    /// @param account The caller.
+    error ComputePoolNotProvider(address account);
+
+    /// @notice A validator may not judge work of its own node or provider.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param validator The caller.
+    error ComputePoolSelfVerdict(uint256 poolId, bytes32 workKey, address validator);
+
     /// @notice Checkpoint versions must increase: `proposed` <= `latest`.
     /// @param poolId The pool.
     /// @param latest The latest published version.
@@ -420,9 +462,25 @@ interface IComputePool {
     /// @param poolId A pool not yet closed.
     function closePool(uint256 poolId) external;
 
+    /// @notice Lets the caller's nodes join `poolId` and commits up to `maxSlash` of the caller's stake to
+    /// it: the pool's slashes of this provider, over all its nodes, never total more. Registered
+    /// providers only; the pool must exist and not be closed; `maxSlash` >= the pool's slashAmount and
+    /// >= any maximum approved before (a provider can raise it, never lower it under submitted work).
+    /// Emits {PoolApproved}.
+    /// @param poolId The pool.
+    /// @param maxSlash Total stake the pool may slash from the caller.
+    function approvePool(uint256 poolId, uint256 maxSlash) external;
+
+    /// @notice Withdraws the caller's approval of `poolId`: its nodes can no longer join (members stay
+    /// members until they leave or the provider removes them). Emits {PoolApprovalRevoked}.
+    /// @param poolId A pool the caller approved.
+    function revokePoolApproval(uint256 poolId) external;
+
     /// @notice Joins `node` to `poolId` with an invite signed by the pool manager. The caller must be the
-    /// node's provider in the registry or the node itself (a worker joins on its own). Checked in order: expiry, single use, signer, blacklist and
-    /// slash, registry, pool status, membership. Emits {NodeJoined}.
+    /// node's provider in the registry or the node itself (a worker joins on its own), and the provider
+    /// must have approved the pool ({approvePool}): a node key alone cannot commit its provider's
+    /// stake to a pool. Checked in order: expiry, single use, signer, blacklist and slash, registry,
+    /// approval, pool status, membership. Emits {NodeJoined}.
     /// @param poolId The pool.
     /// @param node The node.
     /// @param nonce Invite nonce chosen by the manager (makes each invite unique).
@@ -460,15 +518,17 @@ interface IComputePool {
         external;
 
     /// @notice Accepts Pending submissions; each key's dispute window starts now. Needs VALIDATOR_ROLE.
-    /// Reverts for the whole batch if one key is not Pending. Emits {WorkAttested} per key.
+    /// Reverts for the whole batch if one key is not Pending, or if the caller is the node or the
+    /// provider of one ({ComputePoolSelfVerdict}). Emits {WorkAttested} per key.
     /// @param poolId The pool.
     /// @param workKeys Non-empty list of Pending submissions.
     function attestWork(uint256 poolId, bytes32[] calldata workKeys) external;
 
     /// @notice Marks a Pending submission, or an Accepted one within its dispute window, Invalid; ejects
     /// the node as Slashed (forfeiting its other unfinalized work), slashes the provider by the pool's
-    /// slashAmount (unbonding first) and splits the slashed tokens between the caller (credited) and the
-    /// pool treasury (transferred). Needs VALIDATOR_ROLE.
+    /// slashAmount, capped by what remains of the maximum the provider approved for the pool (unbonding
+    /// first), and splits the slashed tokens between the caller (credited) and the pool treasury
+    /// (transferred). Needs VALIDATOR_ROLE; the caller may not be the node or its provider.
     /// Emits {WorkInvalidated}, {NodeEjected} (first slash of the node), {SlashDistributed}.
     /// @param poolId The pool.
     /// @param workKey The submission.
@@ -543,6 +603,17 @@ interface IComputePool {
             uint64 statusSince,
             address validator
         );
+
+    /// @notice The consent of `provider` to `poolId`.
+    /// @param poolId The pool.
+    /// @param provider The provider.
+    /// @return maxSlash Total stake the pool may slash from the provider (0: never approved).
+    /// @return slashed Stake the pool has slashed from the provider so far.
+    /// @return approved Whether its nodes may join now (false after {revokePoolApproval}).
+    function poolApproval(uint256 poolId, address provider)
+        external
+        view
+        returns (uint256 maxSlash, uint256 slashed, bool approved);
 
     /// @notice Credited, withdrawable balance of `account`.
     /// @param account The account.

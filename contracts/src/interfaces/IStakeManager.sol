@@ -43,6 +43,11 @@ interface IStakeManager {
     /// @param newRegistry New registry.
     event ComputeRegistryUpdated(address oldRegistry, address newRegistry);
 
+    /// @notice The work ledger consulted before a withdrawal changed.
+    /// @param oldLedger Previous ledger (zero at first set).
+    /// @param newLedger New ledger.
+    event WorkLedgerUpdated(address oldLedger, address newLedger);
+
     /// @notice The unbonding period changed.
     /// @param oldPeriod Previous period in seconds.
     /// @param newPeriod New period in seconds.
@@ -86,6 +91,11 @@ interface IStakeManager {
     /// @param maturesAt Unix time from which withdrawal is allowed.
     error StakeManagerUnbondingNotMatured(address provider, uint64 maturesAt);
 
+    /// @notice `provider` still has `openWork` submissions a verdict can slash: its stake stays bonded.
+    /// @param provider The caller.
+    /// @param openWork Its open submissions (see {IWorkLedger-openWork}).
+    error StakeManagerOpenWork(address provider, uint256 openWork);
+
     /// @notice The unbonding period can only grow (it must stay above every pool's dispute window).
     /// @param currentPeriod The period in force.
     /// @param proposedPeriod The refused value.
@@ -102,7 +112,9 @@ interface IStakeManager {
     /// @param amount Tokens to unbond; must be > 0 and <= active stake.
     function unbond(uint256 amount) external;
 
-    /// @notice Transfers the caller's whole matured unbonding bucket to the caller. Emits {Withdrawn}.
+    /// @notice Transfers the caller's whole matured unbonding bucket to the caller, once the work ledger
+    /// reports no open work of the caller (stake backing Pending or undisputed work stays slashable).
+    /// Emits {Withdrawn}.
     /// @return amount Tokens transferred.
     function withdraw() external returns (uint256 amount);
 
@@ -118,6 +130,11 @@ interface IStakeManager {
     /// @param registry The registry contract.
     function setComputeRegistry(address registry) external;
 
+    /// @notice Sets the work ledger (the ComputePool) asked for a provider's open work before a
+    /// withdrawal. Needs DEFAULT_ADMIN_ROLE. Emits {WorkLedgerUpdated}.
+    /// @param ledger The ledger contract.
+    function setWorkLedger(address ledger) external;
+
     /// @notice Raises the unbonding period. Needs DEFAULT_ADMIN_ROLE. Emits {UnbondingPeriodUpdated}.
     /// @param newPeriod New period in seconds; must be greater than the current one.
     function setUnbondingPeriod(uint64 newPeriod) external;
@@ -131,6 +148,10 @@ interface IStakeManager {
     /// @notice The staked token.
     /// @return The token address.
     function token() external view returns (address);
+
+    /// @notice The work ledger consulted before a withdrawal (zero until set).
+    /// @return The ledger address.
+    function workLedger() external view returns (address);
 
     /// @notice The ComputeRegistry consulted for compute units (zero until set).
     /// @return The registry address.
