@@ -84,14 +84,19 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
 
     bench.record("registerProvider", bench.send("provider", registry.functions.registerProvider()))
     bench.record("stake", bench.send("provider", stake.functions.stake(1_000 * TOKEN)))
-    signature = sign_node_ownership(node, addr["provider"], chain_id, bench.book.compute_registry)
-    gas = bench.send("provider", registry.functions.addNode(node.address, 8, b"\x11" * 32, signature))
+    deadline = bench.w3.eth.get_block("latest")["timestamp"] + 3600
+    proof = sign_node_ownership(
+        node, addr["provider"], chain_id, bench.book.compute_registry, nonce=0, deadline=deadline
+    )
+    gas = bench.send("provider", registry.functions.addNode(node.address, 8, b"\x11" * 32, deadline, proof.signature))
     bench.record("addNode", gas)
 
     bench.send("provider2", registry.functions.registerProvider())
     bench.send("provider2", stake.functions.stake(1_000 * TOKEN))
-    signature = sign_node_ownership(node2, addr["provider2"], chain_id, bench.book.compute_registry)
-    bench.send("provider2", registry.functions.addNode(node2.address, 1, b"\x22" * 32, signature))
+    proof = sign_node_ownership(
+        node2, addr["provider2"], chain_id, bench.book.compute_registry, nonce=0, deadline=deadline
+    )
+    bench.send("provider2", registry.functions.addNode(node2.address, 1, b"\x22" * 32, deadline, proof.signature))
 
     # (manager, treasury, modelUri, rewardPerUnit, validatorFee, slashAmount, disputeWindow, bps)
     params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10)

@@ -37,7 +37,7 @@ from proofpool.chain.anvil import ANVIL_KEYS
 from proofpool.chain.bindings import PoolParams
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import AddressBook, deploy_contracts, grant_validator
-from proofpool.chain.signing import sign_invite, sign_node_ownership
+from proofpool.chain.signing import sign_invite
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 
@@ -91,8 +91,7 @@ class Market:
         me.registry.register_provider()
         me.token.approve(me.stake_manager.address, 1_000 * TOKEN)
         me.stake_manager.stake(1_000 * TOKEN)
-        proof = sign_node_ownership(node, provider.address, book.chain_id, book.compute_registry)
-        me.registry.add_node(node.address, 4, b"\x01" * 32, proof)
+        me.registry.add_node(4, b"\x01" * 32, me.registry.prove_ownership(node, provider.address))
         me.pool.approve_pool(pool_id, 1_000 * TOKEN)
         expiry = w3.eth.get_block("latest")["timestamp"] + 3600
         me.pool.join_pool(sign_invite(admin, pool_id, node.address, 1, expiry, book.chain_id, book.compute_pool))

@@ -206,7 +206,15 @@ class _Flush:
             log.info("verdict superseded", extra=fields)
 
     def sent(self, rows: Sequence[DueRow], receipt: TxReceipt) -> None:
-        """Commit `rows` as sent by `receipt`'s transaction (before anything else is sent)."""
+        """Commit `rows` as sent by `receipt`'s transaction (before anything else is sent). Keys the
+        contract skipped (`WorkSkipped`: judged by another transaction between our read and the
+        send) are settled from their on-chain status instead."""
+        skipped = {bytes(e.args["workKey"]) for e in self.client.pool.events(receipt) if e.name == "WorkSkipped"}
+        if skipped:
+            self.settle([row for row in rows if row.work_key in skipped])
+            rows = [row for row in rows if row.work_key not in skipped]
+            if not rows:
+                return
         tx_hash = bytes(receipt["transactionHash"])
         with self.conn.transaction():
             store.mark_sent(self.conn, [row.key for row in rows], tx_hash)

@@ -14,8 +14,9 @@ contract ComputeRegistry is IComputeRegistry, AccessControl, EIP712 {
     /// @notice Role allowed to attest node hardware.
     bytes32 public constant ATTESTER_ROLE = keccak256("ATTESTER_ROLE");
 
-    /// @notice EIP-712 type hash of NodeOwnership(address provider,address node).
-    bytes32 public constant NODE_OWNERSHIP_TYPEHASH = keccak256("NodeOwnership(address provider,address node)");
+    /// @notice EIP-712 type hash of NodeOwnership(address provider,address node,uint256 nonce,uint256 deadline).
+    bytes32 public constant NODE_OWNERSHIP_TYPEHASH =
+        keccak256("NodeOwnership(address provider,address node,uint256 nonce,uint256 deadline)");
 
     struct Node {
         address provider;
@@ -29,6 +30,7 @@ contract ComputeRegistry is IComputeRegistry, AccessControl, EIP712 {
     mapping(address account => bool) private _providers;
     mapping(address provider => uint256) private _computeUnits;
     mapping(address node => Node) private _nodes;
+    mapping(address node => uint256) private _nodeNonces;
 
     /// @param stakeManager_ The StakeManager consulted for stake.
     /// @param admin Receives DEFAULT_ADMIN_ROLE (grants ATTESTER_ROLE).
@@ -47,20 +49,21 @@ contract ComputeRegistry is IComputeRegistry, AccessControl, EIP712 {
     }
 
     /// @inheritdoc IComputeRegistry
-    function addNode(address node, uint32 computeUnits, bytes32 specsHash, bytes calldata signature) external {
+    function addNode(
+        address node,
+        uint32 computeUnits,
+        bytes32 specsHash,
+        uint256 deadline,
+        bytes calldata signature
+    ) external {
         address provider = _msgSender();
         if (!_providers[provider]) revert ComputeRegistryProviderNotRegistered(provider);
         if (node == address(0)) revert ComputeRegistryZeroAddress();
         if (computeUnits == 0) revert ComputeRegistryZeroComputeUnits(node);
         Node storage record = _nodes[node];
         if (record.active) revert ComputeRegistryNodeAlreadyRegistered(node, record.provider);
-        (address recovered, ECDSA.RecoverError err, ) = ECDSA.tryRecoverCalldata(
-            _nodeOwnershipDigest(provider, node),
-            signature
-        );
-        if (err != ECDSA.RecoverError.NoError || recovered != node) {
-            revert ComputeRegistryInvalidNodeSignature(node, recovered);
-        }
+        if (block.timestamp > deadline) revert ComputeRegistryNodeSignatureExpired(node, deadline);
+        _checkOwnership(provider, node, deadline, signature);
         uint256 units = _computeUnits[provider] + computeUnits;
         uint256 required = _stakeManager.requiredStakeFor(units);
         uint256 active = _stakeManager.activeStake(provider);
@@ -126,8 +129,12 @@ contract ComputeRegistry is IComputeRegistry, AccessControl, EIP712 {
     }
 
     /// @inheritdoc IComputeRegistry
-    function nodeOwnershipDigest(address provider, address node) external view returns (bytes32) {
-        return _nodeOwnershipDigest(provider, node);
+    function nodeOwnershipDigest(address provider, address node, uint256 nonce, uint256 deadline)
+        external
+        view
+        returns (bytes32)
+    {
+        return _nodeOwnershipDigest(provider, node, nonce, deadline);
     }
 
     /// @inheritdoc IComputeRegistry
@@ -135,7 +142,29 @@ contract ComputeRegistry is IComputeRegistry, AccessControl, EIP712 {
         return address(_stakeManager);
     }
 
-    function _nodeOwnershipDigest(address provider, address node) private view returns (bytes32) {
-        return _hashTypedDataV4(keccak256(abi.encode(NODE_OWNERSHIP_TYPEHASH, provider, node)));
+    /// @inheritdoc IComputeRegistry
+    function nodeNonce(address node) external view returns (uint256) {
+        return _nodeNonces[node];
+    }
+
+    /// @dev The node key signed NodeOwnership(provider, node, its current nonce, deadline); uses the nonce up.
+    function _checkOwnership(address provider, address node, uint256 deadline, bytes calldata signature) private {
+        uint256 nonce = _nodeNonces[node];
+        (address recovered, ECDSA.RecoverError err, ) = ECDSA.tryRecoverCalldata(
+            _nodeOwnershipDigest(provider, node, nonce, deadline),
+            signature
+        );
+        if (err != ECDSA.RecoverError.NoError || recovered != node) {
+            revert ComputeRegistryInvalidNodeSignature(node, recovered);
+        }
+        _nodeNonces[node] = nonce + 1;
+    }
+
+    function _nodeOwnershipDigest(address provider, address node, uint256 nonce, uint256 deadline)
+        private
+        view
+        returns (bytes32)
+    {
+        return _hashTypedDataV4(keccak256(abi.encode(NODE_OWNERSHIP_TYPEHASH, provider, node, nonce, deadline)));
     }
 }

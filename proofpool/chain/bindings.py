@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import IntEnum
 from typing import Any
 
+from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 from web3 import Web3
 from web3.contract.contract import ContractFunction
@@ -22,7 +23,7 @@ from proofpool.chain.calls import AbiFunction
 from proofpool.chain.deploy import role_hash
 from proofpool.chain.errors import ChainError
 from proofpool.chain.events import ChainEvent, EventDecoder
-from proofpool.chain.signing import Invite
+from proofpool.chain.signing import Invite, NodeOwnership, sign_node_ownership
 from proofpool.chain.tx import TxSender, call_data
 
 
@@ -305,9 +306,23 @@ class ComputeRegistry(ContractBinding):
     def register_provider(self) -> TxReceipt:
         return self._send(self.contract.functions.registerProvider())
 
-    def add_node(self, node: str, compute_units: int, specs_hash: bytes, signature: bytes) -> TxReceipt:
-        fn = self.contract.functions.addNode(to_checksum_address(node), compute_units, specs_hash, signature)
+    def add_node(self, compute_units: int, specs_hash: bytes, ownership: NodeOwnership) -> TxReceipt:
+        fn = self.contract.functions.addNode(
+            to_checksum_address(ownership.node), compute_units, specs_hash, ownership.deadline, ownership.signature
+        )
         return self._send(fn)
+
+    def node_nonce(self, node: str) -> int:
+        """The nonce the node's next ownership signature must carry."""
+        return int(self._call(self.contract.functions.nodeNonce(to_checksum_address(node))))
+
+    def prove_ownership(self, node: LocalAccount, provider: str, ttl: int = 3600) -> NodeOwnership:
+        """`node`'s ownership signature for `provider` with its current nonce, valid `ttl` seconds of
+        chain time (for callers that hold the node key where the provider sends)."""
+        deadline = int(self.w3.eth.get_block("latest")["timestamp"]) + ttl
+        return sign_node_ownership(
+            node, provider, self.w3.eth.chain_id, self.address, nonce=self.node_nonce(node.address), deadline=deadline
+        )
 
     def remove_node(self, node: str) -> TxReceipt:
         return self._send(self.contract.functions.removeNode(to_checksum_address(node)))
@@ -329,9 +344,11 @@ class ComputeRegistry(ContractBinding):
         provider = self._call(self.contract.functions.activeNodeProvider(to_checksum_address(node)))
         return None if int(provider, 16) == 0 else to_checksum_address(provider)
 
-    def node_ownership_digest(self, provider: str, node: str) -> bytes:
+    def node_ownership_digest(self, provider: str, node: str, nonce: int, deadline: int) -> bytes:
         """The EIP-712 digest a node key signs for `addNode` (to check off-chain signers)."""
-        fn = self.contract.functions.nodeOwnershipDigest(to_checksum_address(provider), to_checksum_address(node))
+        fn = self.contract.functions.nodeOwnershipDigest(
+            to_checksum_address(provider), to_checksum_address(node), nonce, deadline
+        )
         return bytes(self._call(fn))
 
     def is_provider(self, account: str) -> bool:

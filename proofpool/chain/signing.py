@@ -27,19 +27,41 @@ class Invite:
     signature: bytes
 
 
+@dataclass(frozen=True)
+class NodeOwnership:
+    """The node key's statement that it belongs to `provider`, valid once (`nonce`, the node's
+    current `ComputeRegistry.nodeNonce`) and until `deadline` (unix time)."""
+
+    node: str
+    provider: str
+    nonce: int
+    deadline: int
+    signature: bytes
+
+
 def _domain(name_version: tuple[str, str], chain_id: int, contract: str) -> dict:
     name, version = name_version
     return {"name": name, "version": version, "chainId": chain_id, "verifyingContract": contract}
 
 
-def sign_node_ownership(node: LocalAccount, provider: str, chain_id: int, registry: str) -> bytes:
-    """The node key's signature that it belongs to `provider` (proves key possession)."""
+def sign_node_ownership(
+    node: LocalAccount, provider: str, chain_id: int, registry: str, *, nonce: int, deadline: int
+) -> NodeOwnership:
+    """The node key's signature that it belongs to `provider` (proves key possession), for the
+    node's current registry nonce and valid until `deadline`."""
     message = encode_typed_data(
         domain_data=_domain(NODE_OWNERSHIP_DOMAIN, chain_id, registry),
-        message_types={"NodeOwnership": [{"name": "provider", "type": "address"}, {"name": "node", "type": "address"}]},
-        message_data={"provider": provider, "node": node.address},
+        message_types={
+            "NodeOwnership": [
+                {"name": "provider", "type": "address"},
+                {"name": "node", "type": "address"},
+                {"name": "nonce", "type": "uint256"},
+                {"name": "deadline", "type": "uint256"},
+            ]
+        },
+        message_data={"provider": provider, "node": node.address, "nonce": nonce, "deadline": deadline},
     )
-    return bytes(node.sign_message(message).signature)
+    return NodeOwnership(node.address, provider, nonce, deadline, bytes(node.sign_message(message).signature))
 
 
 def sign_invite(

@@ -23,7 +23,7 @@ from proofpool.chain.accounts import account_address, load_account
 from proofpool.chain.bindings import WorkStatus
 from proofpool.chain.client import ChainClient
 from proofpool.chain.errors import ContractRevert
-from proofpool.chain.signing import Invite, sign_node_ownership
+from proofpool.chain.signing import Invite, NodeOwnership
 from proofpool.chain.units import format_pool, parse_pool
 from proofpool.cli.common import (
     JsonOption,
@@ -212,19 +212,26 @@ def revoke_pool(
 def sign_node(
     node_key: str = typer.Option(..., help="The NODE's key (hex, key file or env:NAME); run this on the node."),
     provider: str = typer.Option(..., help="Address of the provider that will add the node."),
+    ttl: int = typer.Option(86_400, min=60, help="Seconds (of chain time) the signature stays valid."),
     rpc_url: RpcOption = None,
 ) -> None:
-    """On the node machine: sign that this node belongs to PROVIDER (bound to this chain and registry)."""
+    """On the node machine: sign that this node belongs to PROVIDER (bound to this chain and registry,
+    usable once and until its deadline). Prints the values `provider add-node` takes."""
     node = load_account(node_key)
     client = reader_client(rpc_url)
-    signature = sign_node_ownership(node, provider, client.chain_id, client.registry.address)
-    print_json({"node": node.address, "provider": provider, "signature": signature})
+    if not is_address(provider):
+        raise ProofpoolError(f"not an address: {provider!r} (0x and 40 hex digits)")
+    proof = client.registry.prove_ownership(node, to_checksum_address(provider), ttl)
+    print_json(
+        {"node": node.address, "provider": proof.provider, "deadline": proof.deadline, "signature": proof.signature}
+    )
 
 
 @app.command("add-node")
 def add_node(
-    node: str = typer.Option(None, help="Node address (with --signature from `provider sign-node`)."),
+    node: str = typer.Option(None, help="Node address (with --signature and --deadline from `provider sign-node`)."),
     signature: str = typer.Option(None, help="The node's ownership signature (0x-hex)."),
+    deadline: int = typer.Option(None, help="The signature's deadline (unix time, from `provider sign-node`)."),
     node_key: str = typer.Option(None, help="Or: the node's key, to sign here (devnet convenience)."),
     compute_units: int = typer.Option(1, min=1, help="Compute units the node offers."),
     specs: str = typer.Option("", help="Hardware description; its sha256 is stored on-chain."),
@@ -236,13 +243,17 @@ def add_node(
     if node_key:
         node_account = load_account(node_key)
         node = node_account.address
-        proof = sign_node_ownership(node_account, client.address, client.chain_id, client.registry.address)
-    elif node and signature:
-        proof = bytes.fromhex(signature.removeprefix("0x"))
+        proof = client.registry.prove_ownership(node_account, client.address)
+    elif node and signature and deadline is not None:
+        if not is_address(node):
+            raise ProofpoolError(f"not an address: {node!r} (0x and 40 hex digits)")
+        node = to_checksum_address(node)
+        nonce = client.registry.node_nonce(node)
+        proof = NodeOwnership(node, client.address, nonce, deadline, bytes.fromhex(signature.removeprefix("0x")))
     else:
-        raise ProofpoolError("give --node-key, or --node and --signature")
+        raise ProofpoolError("give --node-key, or --node, --signature and --deadline (from `provider sign-node`)")
     specs_hash = hashlib.sha256(specs.encode()).digest()
-    receipt = client.registry.add_node(node, compute_units, specs_hash, proof)
+    receipt = client.registry.add_node(compute_units, specs_hash, proof)
     report_tx(client, f"added node {node} ({compute_units} compute units)", receipt)
 
 

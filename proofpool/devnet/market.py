@@ -16,7 +16,6 @@ from proofpool.chain.anvil import anvil_account
 from proofpool.chain.bindings import PoolParams
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import grant_validator
-from proofpool.chain.signing import sign_node_ownership
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 
@@ -103,8 +102,9 @@ def onboard_node(
     me.registry.register_provider()
     me.token.approve(me.stake_manager.address, stake)
     me.stake_manager.stake(stake)
-    proof = sign_node_ownership(node, provider.address, me.chain_id, me.registry.address)
-    me.registry.add_node(node.address, compute_units, hashlib.sha256(specs).digest(), proof)
+    me.registry.add_node(
+        compute_units, hashlib.sha256(specs).digest(), me.registry.prove_ownership(node, provider.address)
+    )
     for pool_id in pools:
         me.pool.approve_pool(pool_id, stake)
     if admin.w3.eth.get_balance(node.address) == 0:

@@ -27,6 +27,14 @@ POOL_NONE, POOL_CREATED, POOL_ACTIVE, POOL_CLOSED = range(4)
 MEMBER_NONE, MEMBER_ACTIVE, MEMBER_LEFT, MEMBER_EJECTED, MEMBER_SLASHED = range(5)
 WORK_NONE, WORK_PENDING, WORK_ACCEPTED, WORK_INVALID, WORK_FINALIZED, WORK_FORFEITED = range(6)
 ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
+OWNERSHIP_DEADLINE = 10**10
+"""The deadline test node signatures carry (far in the future)."""
+NODE_OWNERSHIP_FIELDS = [
+    {"name": "provider", "type": "address"},
+    {"name": "node", "type": "address"},
+    {"name": "nonce", "type": "uint256"},
+    {"name": "deadline", "type": "uint256"},
+]
 
 
 def work_key(label: str) -> bytes:
@@ -156,14 +164,17 @@ class Deployment:
         return provider.send(self.stake.functions.stake(amount))
 
     def ownership_signature(self, node: Actor, provider: Actor | str, **domain: Any) -> bytes:
-        """The node key's NodeOwnership signature (domain overridable: chain_id, registry)."""
+        """The node key's NodeOwnership signature for the node's current nonce and OWNERSHIP_DEADLINE
+        (overridable: chain_id, registry, nonce, deadline)."""
         chain_id = domain.get("chain_id", self.w3.eth.chain_id)
         registry = domain.get("registry", self.book.compute_registry)
+        nonce = domain.get("nonce", int(self.registry.functions.nodeNonce(node.address).call()))
+        deadline = domain.get("deadline", OWNERSHIP_DEADLINE)
         owner = provider if isinstance(provider, str) else provider.address
-        return sign_node_ownership(node.account, owner, chain_id, registry)
+        return sign_node_ownership(node.account, owner, chain_id, registry, nonce=nonce, deadline=deadline).signature
 
     def forged_ownership_signature(self, signer: Actor, provider: Actor, node: Actor) -> bytes:
-        """NodeOwnership(provider, node) signed by a key that is not the node's."""
+        """NodeOwnership(provider, node, 0, OWNERSHIP_DEADLINE) signed by a key that is not the node's."""
         message = encode_typed_data(
             domain_data={
                 "name": "ProofpoolComputeRegistry",
@@ -171,16 +182,19 @@ class Deployment:
                 "chainId": self.w3.eth.chain_id,
                 "verifyingContract": self.book.compute_registry,
             },
-            message_types={
-                "NodeOwnership": [{"name": "provider", "type": "address"}, {"name": "node", "type": "address"}]
+            message_types={"NodeOwnership": NODE_OWNERSHIP_FIELDS},
+            message_data={
+                "provider": provider.address,
+                "node": node.address,
+                "nonce": 0,
+                "deadline": OWNERSHIP_DEADLINE,
             },
-            message_data={"provider": provider.address, "node": node.address},
         )
         return bytes(signer.account.sign_message(message).signature)
 
     def add_node(self, provider: Actor, node: Actor, units: int = 4, specs: bytes = b"\x01" * 32) -> TxReceipt:
         signature = self.ownership_signature(node, provider)
-        return provider.send(self.registry.functions.addNode(node.address, units, specs, signature))
+        return provider.send(self.registry.functions.addNode(node.address, units, specs, OWNERSHIP_DEADLINE, signature))
 
     def invite(self, manager: Actor, pool_id: int, node: Actor | str, nonce: int, expiry: int, **domain: Any) -> bytes:
         """The manager's Invite signature (domain overridable: chain_id, contract)."""

@@ -9,7 +9,14 @@ from web3 import Web3
 
 from proofpool.chain.artifacts import load_artifact
 from tests.contracts.conftest import MIN_STAKE, NODE1_UNITS, NODE3_UNITS, PROVIDER_STAKE, STAKE_PER_UNIT, World
-from tests.contracts.helpers import ANY, TOKEN, ZERO_ADDRESS, expect_revert
+from tests.contracts.helpers import (
+    ANY,
+    NODE_OWNERSHIP_FIELDS,
+    OWNERSHIP_DEADLINE,
+    TOKEN,
+    ZERO_ADDRESS,
+    expect_revert,
+)
 
 SPECS = b"\x5e" * 32
 
@@ -20,8 +27,8 @@ def _registered_outsider(world: World, stake: int = 0) -> None:
         world.c.stake_tokens(world.outsider, stake)
 
 
-def _add(world: World, provider, node, units: int, signature: bytes):
-    return provider.send(world.c.registry.functions.addNode(node.address, units, SPECS, signature))
+def _add(world: World, provider, node, units: int, signature: bytes, deadline: int = OWNERSHIP_DEADLINE):
+    return provider.send(world.c.registry.functions.addNode(node.address, units, SPECS, deadline, signature))
 
 
 class TestProviders:
@@ -59,7 +66,7 @@ class TestAddNode:
             _add(world, world.outsider, world.spare_node, 1, signature)
 
     def test_zero_node_reverts(self, world: World) -> None:
-        fn = world.c.registry.functions.addNode(ZERO_ADDRESS, 1, SPECS, b"\x00" * 65)
+        fn = world.c.registry.functions.addNode(ZERO_ADDRESS, 1, SPECS, OWNERSHIP_DEADLINE, b"\x00" * 65)
         with expect_revert("ComputeRegistryZeroAddress"):
             world.provider.send(fn)
 
@@ -97,7 +104,7 @@ class TestAddNode:
             _add(world, world.provider, world.spare_node, 1, signature)
         other = world.c.w3.eth.contract(address=other_address, abi=load_artifact("ComputeRegistry").abi)
         world.provider.send(other.functions.registerProvider())
-        world.provider.send(other.functions.addNode(world.spare_node.address, 1, SPECS, signature))
+        world.provider.send(other.functions.addNode(world.spare_node.address, 1, SPECS, OWNERSHIP_DEADLINE, signature))
         assert other.functions.activeNodeProvider(world.spare_node.address).call() == world.provider.address
 
     @pytest.mark.parametrize("signature", [b"", b"\x01" * 10, b"\x00" * 65], ids=["empty", "short", "zeros"])
@@ -127,13 +134,46 @@ class TestAddNode:
                 "chainId": world.c.w3.eth.chain_id,
                 "verifyingContract": world.c.book.compute_registry,
             },
-            message_types={
-                "NodeOwnership": [{"name": "provider", "type": "address"}, {"name": "node", "type": "address"}]
+            message_types={"NodeOwnership": NODE_OWNERSHIP_FIELDS},
+            message_data={
+                "provider": world.provider.address,
+                "node": world.spare_node.address,
+                "nonce": 3,
+                "deadline": 77,
             },
-            message_data={"provider": world.provider.address, "node": world.spare_node.address},
         )
-        digest = world.c.registry.functions.nodeOwnershipDigest(world.provider.address, world.spare_node.address).call()
+        fns = world.c.registry.functions
+        digest = fns.nodeOwnershipDigest(world.provider.address, world.spare_node.address, 3, 77).call()
         assert bytes(digest) == _hash_eip191_message(message)
+
+    def test_signature_is_refused_after_its_deadline(self, world: World) -> None:
+        deadline = world.chain.timestamp() + 100
+        signature = world.c.ownership_signature(world.spare_node, world.provider, deadline=deadline)
+        world.chain.increase_time(101)
+        with expect_revert("ComputeRegistryNodeSignatureExpired", world.spare_node.address, deadline):
+            _add(world, world.provider, world.spare_node, 1, signature, deadline)
+
+    def test_signature_is_valid_through_its_deadline_second(self, world: World) -> None:
+        deadline = world.chain.timestamp() + 100
+        signature = world.c.ownership_signature(world.spare_node, world.provider, deadline=deadline)
+        world.chain.set_next_timestamp(deadline)
+        world.provider.send(
+            world.c.registry.functions.addNode(world.spare_node.address, 1, SPECS, deadline, signature), gas=300_000
+        )
+        assert world.c.registry.functions.activeNodeProvider(world.spare_node.address).call() == world.provider.address
+
+    def test_a_used_signature_cannot_add_the_node_back_after_its_removal(self, world: World) -> None:
+        """The replay: the provider removed a node (a stolen key, say); whoever kept the old
+        signature cannot register the node under it again."""
+        fns = world.c.registry.functions
+        signature = world.c.ownership_signature(world.spare_node, world.provider)
+        assert fns.nodeNonce(world.spare_node.address).call() == 0
+        _add(world, world.provider, world.spare_node, 1, signature)
+        assert fns.nodeNonce(world.spare_node.address).call() == 1
+        world.provider.send(fns.removeNode(world.spare_node.address))
+        with expect_revert("ComputeRegistryInvalidNodeSignature", world.spare_node.address, ANY):
+            _add(world, world.provider, world.spare_node, 1, signature)
+        _add(world, world.provider, world.spare_node, 1, world.c.ownership_signature(world.spare_node, world.provider))
 
 
 class TestRemoveNode:
@@ -213,7 +253,7 @@ def test_eip712_domain_and_typehash(world: World) -> None:
     domain = fns.eip712Domain().call()
     assert domain[1:5] == ["ProofpoolComputeRegistry", "1", world.c.w3.eth.chain_id, world.c.book.compute_registry]
     assert bytes(fns.NODE_OWNERSHIP_TYPEHASH().call()) == Web3.keccak(
-        text="NodeOwnership(address provider,address node)"
+        text="NodeOwnership(address provider,address node,uint256 nonce,uint256 deadline)"
     )
 
 

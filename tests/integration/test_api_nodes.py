@@ -27,11 +27,18 @@ from proofpool.chain.bindings import MemberState, PoolParams
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import deploy_contracts
 from proofpool.chain.rpc import connect
-from proofpool.chain.signing import Invite, sign_node_ownership
+from proofpool.chain.signing import Invite
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 from proofpool.http.node_api import Heartbeat, NodeApi, Withheld
-from tests.fixtures.backend import MANAGER_KEY, ApiHarness, api_redis_url, write_address_book
+from tests.fixtures.backend import (
+    API_POOL_CONTRACT,
+    CHAIN_ID,
+    MANAGER_KEY,
+    ApiHarness,
+    api_redis_url,
+    write_address_book,
+)
 
 MANAGER = Account.from_key(MANAGER_KEY)
 POOL_CONTRACT = to_checksum_address("0x" + "ab" * 20)
@@ -192,7 +199,7 @@ def test_next_batch_is_withheld_while_too_many_earlier_batches_lack_a_submission
     held = report(bound)
     assert (held["state"], held["assignment"]) == ("healthy", None)
     assert held["withheld"] == {"batch": bound + 1, "unsubmitted": bound + 1, "max_unsubmitted": bound}
-    as_node = NodeApi("http://testserver", node)
+    as_node = NodeApi("http://testserver", node, chain_id=CHAIN_ID, pool_contract=API_POOL_CONTRACT)
     as_node._client._http = api.client  # the worker's client, on the app in-process
     assert as_node.heartbeat() == Heartbeat(  # stays held; the worker reads why
         node.address, "healthy", 3, None, api.settings.heartbeat_interval, ANY, Withheld(bound + 1, bound + 1, bound)
@@ -499,9 +506,7 @@ def test_invite_joins_on_chain_and_sweeper_ejects_the_dead(api: ApiHarness, anvi
     me.registry.register_provider()
     me.token.approve(me.stake_manager.address, 500 * TOKEN)
     me.stake_manager.stake(500 * TOKEN)
-    me.registry.add_node(
-        node.address, 4, b"\x00" * 32, sign_node_ownership(node, provider.address, me.chain_id, me.registry.address)
-    )
+    me.registry.add_node(4, b"\x00" * 32, me.registry.prove_ownership(node, provider.address))
     me.pool.approve_pool(pool_id, 500 * TOKEN)
 
     # what the indexer would have written by now
@@ -580,7 +585,7 @@ def test_node_api_client_round_trip(api: ApiHarness) -> None:
     write_address_book(api.settings.deployments_dir, POOL_CONTRACT)
 
     def client(account) -> NodeApi:
-        wrapped = NodeApi("http://testserver", account)
+        wrapped = NodeApi("http://testserver", account, chain_id=CHAIN_ID, pool_contract=API_POOL_CONTRACT)
         wrapped._client._http = api.client  # TestClient is an httpx.Client that calls the app in-process
         return wrapped
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 from rich.console import Console
 
 from proofpool.chain.bindings import WorkStatus, reason_text
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import deploy_contracts
+from proofpool.chain.errors import ContractRevert
 from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
@@ -67,11 +69,19 @@ def test_registry_views_agree_with_the_off_chain_signer(anvil):
         provider.registry.register_provider()
         provider.token.approve(provider.stake_manager.address, 200 * TOKEN)
         provider.stake_manager.stake(200 * TOKEN)
-        signature = sign_node_ownership(cast.alice_node, cast.alice.address, client.chain_id, client.registry.address)
-        digest = client.registry.node_ownership_digest(cast.alice.address, cast.alice_node.address)
-        assert w3.eth.account._recover_hash(digest, signature=signature) == cast.alice_node.address
-        provider.registry.add_node(cast.alice_node.address, 2, b"\x00" * 32, signature)
+        deadline = w3.eth.get_block("latest")["timestamp"] + 600
+        proof = sign_node_ownership(
+            cast.alice_node, cast.alice.address, client.chain_id, client.registry.address, nonce=0, deadline=deadline
+        )
+        digest = client.registry.node_ownership_digest(cast.alice.address, cast.alice_node.address, 0, deadline)
+        assert w3.eth.account._recover_hash(digest, signature=proof.signature) == cast.alice_node.address
+        provider.registry.add_node(2, b"\x00" * 32, proof)
         assert provider.registry.active_node_provider(cast.alice_node.address) == cast.alice.address
         assert client.registry.get_node(cast.alice_node.address).compute_units == 2
+        assert client.registry.node_nonce(cast.alice_node.address) == 1
+        # the same signature cannot add the node back once its provider removed it
+        provider.registry.remove_node(cast.alice_node.address)
+        with pytest.raises(ContractRevert, match="ComputeRegistryInvalidNodeSignature"):
+            provider.registry.add_node(2, b"\x00" * 32, proof)
     finally:
         anvil.rpc("evm_revert", [snapshot])

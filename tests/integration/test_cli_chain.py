@@ -51,11 +51,17 @@ def test_provider_and_pool_commands_walk_the_join_flow(cli, tmp_path):
     cli("contracts", "mint", Account.from_key(ADMIN).address, "1000", "--key", ADMIN)
     cli("provider", "register", "--key", PROVIDER)
     cli("provider", "stake", "250.5", "--key", PROVIDER)
-    out = cli("provider", "add-node", "--node-key", NODE, "--compute-units", "4", "--key", PROVIDER).output
+    proof = json.loads(cli("provider", "sign-node", "--node-key", NODE, "--provider", provider).output)
+    assert (proof["node"], proof["provider"]) == (node, provider)
+    signed = ("--node", node, "--signature", proof["signature"], "--deadline", str(proof["deadline"]))
+    out = cli("provider", "add-node", *signed, "--compute-units", "4", "--key", PROVIDER).output
     assert f"added node {node}" in out and "NodeAdded" in out
     cli("pool", "create", "--fund", "100", "--start", "--key", ADMIN)
     invite_file = tmp_path / "invite.json"
     cli("pool", "invite", "1", node, "--out", str(invite_file), "--key", ADMIN)
+    unapproved = cli("provider", "join", str(invite_file), "--key", PROVIDER, fails=True)
+    assert unapproved.name == "ComputePoolNotApproved"
+    cli("provider", "approve-pool", "1", "--max-slash", "250.5", "--key", PROVIDER)
     assert "NodeJoined" in cli("provider", "join", str(invite_file), "--key", PROVIDER).output
 
     status = json.loads(cli("provider", "status", provider, "--json").output)
@@ -74,6 +80,25 @@ def test_provider_and_pool_commands_walk_the_join_flow(cli, tmp_path):
     assert early.name == "StakeManagerUnbondingNotMatured"
 
 
+def test_a_node_signature_is_refused_after_its_deadline(cli, anvil):
+    provider = Account.from_key(PROVIDER).address
+    node = Account.from_key(NODE).address
+    cli("contracts", "deploy", "--key", ADMIN)
+    cli("contracts", "mint", provider, "1000", "--key", ADMIN)
+    cli("provider", "register", "--key", PROVIDER)
+    cli("provider", "stake", "200", "--key", PROVIDER)
+    proof = json.loads(cli("provider", "sign-node", "--node-key", NODE, "--provider", provider, "--ttl", "60").output)
+    anvil.rpc("evm_increaseTime", [61])
+    anvil.rpc("evm_mine")
+    signed = ("--node", node, "--signature", proof["signature"], "--deadline", str(proof["deadline"]))
+    expired = cli("provider", "add-node", *signed, "--key", PROVIDER, fails=True)
+    assert expired.name == "ComputeRegistryNodeSignatureExpired"
+    missing = cli(
+        "provider", "add-node", "--node", node, "--signature", proof["signature"], "--key", PROVIDER, fails=True
+    )
+    assert "--deadline" in str(missing)
+
+
 def test_reused_invite_is_refused_by_name(cli, tmp_path):
     provider = Account.from_key(PROVIDER).address
     node = Account.from_key(NODE).address
@@ -83,6 +108,7 @@ def test_reused_invite_is_refused_by_name(cli, tmp_path):
     cli("provider", "stake", "200", "--key", PROVIDER)
     cli("provider", "add-node", "--node-key", NODE, "--key", PROVIDER)
     cli("pool", "create", "--start", "--key", ADMIN)
+    cli("provider", "approve-pool", "1", "--max-slash", "200", "--key", PROVIDER)
     invite_file = tmp_path / "invite.json"
     cli("pool", "invite", "1", node, "--out", str(invite_file), "--nonce", "7", "--key", ADMIN)
     cli("provider", "join", str(invite_file), "--key", PROVIDER)

@@ -84,6 +84,14 @@ interface IComputePool is IWorkLedger {
     /// @param provider The provider (the caller).
     event PoolApprovalRevoked(uint256 indexed poolId, address indexed provider);
 
+    /// @notice A key of an attestWork or finalizeWork batch was left alone: another transaction
+    /// already moved it past the state the batch expects (attested, invalidated or settled first).
+    /// The rest of the batch goes through.
+    /// @param poolId The pool.
+    /// @param workKey The skipped submission.
+    /// @param status Its status, which the batch did not change.
+    event WorkSkipped(uint256 indexed poolId, bytes32 indexed workKey, WorkStatus status);
+
     /// @notice Pool `poolId` was created by `creator`.
     /// @param poolId The new pool id (from 1).
     /// @param creator The caller.
@@ -518,8 +526,9 @@ interface IComputePool is IWorkLedger {
         external;
 
     /// @notice Accepts Pending submissions; each key's dispute window starts now. Needs VALIDATOR_ROLE.
-    /// Reverts for the whole batch if one key is not Pending, or if the caller is the node or the
-    /// provider of one ({ComputePoolSelfVerdict}). Emits {WorkAttested} per key.
+    /// A key no longer Pending (judged by another transaction first) is skipped with {WorkSkipped};
+    /// the batch reverts for a key never submitted, or if the caller is the node or the provider of
+    /// one ({ComputePoolSelfVerdict}). Emits {WorkAttested} per accepted key.
     /// @param poolId The pool.
     /// @param workKeys Non-empty list of Pending submissions.
     function attestWork(uint256 poolId, bytes32[] calldata workKeys) external;
@@ -537,9 +546,10 @@ interface IComputePool is IWorkLedger {
 
     /// @notice Settles Accepted submissions whose dispute window passed: credits the provider
     /// workUnits * rewardPerUnit and the attesting validator the pool's validatorFee from the budget,
-    /// or, for a slashed node, pays nothing (Forfeited). Anyone may call. Reverts for the whole batch
-    /// on the first key that is not Accepted, still in its window, or not covered by the budget.
-    /// Emits {WorkFinalized} or {WorkForfeited} per key.
+    /// or, for a slashed node, pays nothing (Forfeited). Anyone may call. A key already settled or
+    /// invalidated by another transaction is skipped with {WorkSkipped}; the batch reverts on a key
+    /// never submitted or still Pending, still in its window, or not covered by the budget.
+    /// Emits {WorkFinalized} or {WorkForfeited} per settled key.
     /// @param poolId The pool.
     /// @param workKeys Non-empty list of Accepted submissions.
     function finalizeWork(uint256 poolId, bytes32[] calldata workKeys) external;

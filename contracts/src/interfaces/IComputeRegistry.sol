@@ -66,6 +66,11 @@ interface IComputeRegistry {
     /// @param recovered The recovered signer (zero for a malformed signature).
     error ComputeRegistryInvalidNodeSignature(address node, address recovered);
 
+    /// @notice The ownership signature was valid only until `deadline`.
+    /// @param node The node.
+    /// @param deadline The signed deadline (unix time).
+    error ComputeRegistryNodeSignatureExpired(address node, uint256 deadline);
+
     /// @notice `provider` has `activeStake` but needs `required` for its compute units plus the new ones.
     /// @param provider The caller.
     /// @param activeStake Its active stake.
@@ -89,15 +94,25 @@ interface IComputeRegistry {
     function registerProvider() external;
 
     /// @notice Adds `node` to the caller (a registered provider). `signature` is the node key's EIP-712
-    /// signature over NodeOwnership(address provider,address node) with domain
-    /// ("ProofpoolComputeRegistry", "1", chainId, this). The caller's active stake must cover
-    /// requiredStakeFor(providerComputeUnits + computeUnits). A removed node may be added again.
-    /// Emits {NodeAdded}.
+    /// signature over NodeOwnership(address provider,address node,uint256 nonce,uint256 deadline) with
+    /// domain ("ProofpoolComputeRegistry", "1", chainId, this), `nonce` the node's {nodeNonce}; it is
+    /// refused after `deadline` and used up by this call, so it cannot be replayed (for instance to
+    /// add the node back after its provider removed it). The caller's active stake must cover
+    /// requiredStakeFor(providerComputeUnits + computeUnits). A removed node may be added again with
+    /// a fresh signature. Emits {NodeAdded}.
     /// @param node The node address.
     /// @param computeUnits Compute units the node brings (> 0).
     /// @param specsHash Hash of the node's hardware description.
-    /// @param signature 65-byte (or 64-byte EIP-2098) signature by the node key.
-    function addNode(address node, uint32 computeUnits, bytes32 specsHash, bytes calldata signature) external;
+    /// @param deadline Last unix time the signature is valid.
+    /// @param signature 65-byte (or 64-byte EIP-2098) signature by the node key over
+    /// NodeOwnership(provider, node, nonce, deadline), with the node's current {nodeNonce}.
+    function addNode(
+        address node,
+        uint32 computeUnits,
+        bytes32 specsHash,
+        uint256 deadline,
+        bytes calldata signature
+    ) external;
 
     /// @notice Removes `node`; only its provider may. Releases its compute units. Emits {NodeRemoved}.
     /// @param node The node.
@@ -137,8 +152,19 @@ interface IComputeRegistry {
     /// @notice The EIP-712 digest the node key signs to be added by `provider`.
     /// @param provider The provider.
     /// @param node The node.
+    /// @param nonce The node's nonce ({nodeNonce}) the signature is for.
+    /// @param deadline Last unix time the signature is valid.
     /// @return The typed-data digest for this chain and this registry.
-    function nodeOwnershipDigest(address provider, address node) external view returns (bytes32);
+    function nodeOwnershipDigest(address provider, address node, uint256 nonce, uint256 deadline)
+        external
+        view
+        returns (bytes32);
+
+    /// @notice The nonce the next ownership signature of `node` must carry; each {addNode} of the
+    /// node uses it up, so a signature adds the node once (not again after a removal).
+    /// @param node The node.
+    /// @return The current nonce.
+    function nodeNonce(address node) external view returns (uint256);
 
     /// @notice The StakeManager consulted for stake.
     /// @return The stake manager address.
