@@ -1,21 +1,28 @@
 """The FastAPI application factory. Nothing is built at import time: `create_app(settings)`
-wires routers, error handlers and a lifespan that opens the PostgreSQL pool and Redis."""
+wires routers, error handlers, the body cap, the OpenAPI error documentation and a lifespan
+that opens the PostgreSQL pool, Redis (with the nonce store) and the internal metrics server."""
 
 from __future__ import annotations
 
 import gc
 import logging
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
-from starlette.types import ASGIApp, Receive, Scope, Send
+from redis.exceptions import RedisError
 
 from backend.api import health, ledger, nodes, orchestrator, uploads
-from backend.api.errors import error_response, install_error_handlers
+from backend.api.errors import install_error_handlers
+from backend.api.openapi import install_error_docs
+from backend.body_limit import BodyLimit
+from backend.metrics import MetricsServer
+from proofpool.auth.nonce_store import NonceStore
+from proofpool.auth.signed_request import TimeWindow
 from proofpool.config import Settings, get_settings
 from proofpool.errors import ServiceUnavailable
 
@@ -45,14 +52,36 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
             "`pg_ctlcluster 15 main start`, and run `proofpool db upgrade`"
         ) from exc
     redis = Redis.from_url(settings.redis_url)
-    app.state.db, app.state.redis = pool, redis
-    freeze_startup_heap()
-    log.info("backend started", extra={"database": settings.database_url, "redis": settings.redis_url})
+    nonces = NonceStore(redis, TimeWindow(settings.signature_max_skew, settings.signature_max_ahead))
+    metrics = None if settings.metrics_bind is None else MetricsServer(*settings.metrics_bind)
     try:
+        try:
+            await nonces.open(time.time())
+        except RedisError as exc:
+            raise ServiceUnavailable(f"Redis not reachable at {settings.redis_url}: {exc}") from exc
+        if metrics is not None:
+            metrics.start()
+        app.state.db, app.state.redis, app.state.nonces, app.state.metrics = pool, redis, nonces, metrics
+        freeze_startup_heap()
+        log.info(
+            "backend started",
+            extra={
+                "database": settings.database_url,
+                "redis": settings.redis_url,
+                "signed_hosts": sorted(app.state.signed_hosts),
+                "metrics": None if metrics is None else metrics.url,
+            },
+        )
         yield
     finally:
-        await redis.aclose()
-        await pool.close()
+        await _close(pool, redis, metrics)
+
+
+async def _close(pool: AsyncConnectionPool, redis: Redis, metrics: MetricsServer | None) -> None:
+    if metrics is not None:
+        metrics.stop()
+    await redis.aclose()
+    await pool.close()
 
 
 def freeze_startup_heap() -> None:
@@ -68,23 +97,6 @@ def freeze_startup_heap() -> None:
     gc.freeze()
 
 
-class BodyLimit:
-    """Refuse a declared Content-Length over the cap before any route reads the body (413 JSON);
-    undeclared or chunked bodies are capped while read by `deps.read_body`."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app, self.max_bytes = app, max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            declared = dict(scope["headers"]).get(b"content-length")
-            if declared is not None and (not declared.isdigit() or int(declared) > self.max_bytes):
-                response = error_response(413, "body_too_large", f"body over {self.max_bytes} bytes")
-                await response(scope, receive, send)
-                return
-        await self.app(scope, receive, send)
-
-
 SAFE_RECURSION_LIMIT = 1_000
 """web3 imports py_ecc, which raises Python's recursion limit to 100,000. Far below that the C
 stack overflows, so `json.loads` of a deeply nested body (100 KB of `[`, well under the size cap)
@@ -93,7 +105,8 @@ raises and the request gets a 400."""
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    """The backend app; routers by audience, all under /v1 except health and metrics."""
+    """The backend app; routers by audience, all under /v1 except /healthz. Metrics are not
+    served here but on `metrics_address` (`backend.metrics`)."""
     sys.setrecursionlimit(min(sys.getrecursionlimit(), SAFE_RECURSION_LIMIT))
     app = FastAPI(
         title="proofpool backend",
@@ -102,10 +115,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
         generate_unique_id_function=lambda route: f"{route.tags[0]}-{route.name}" if route.tags else route.name,
     )
-    app.state.settings = settings or get_settings()
-    app.add_middleware(BodyLimit, max_bytes=app.state.settings.request_max_bytes)
+    app.state.settings = settings = settings or get_settings()
+    app.state.signed_hosts = settings.signed_request_hosts
+    app.add_middleware(BodyLimit, max_bytes=settings.request_max_bytes)
     install_error_handlers(app)
     app.include_router(health.router)
     for router in (nodes.router, orchestrator.router, uploads.router, ledger.router):
         app.include_router(router, prefix=API_PREFIX)
+    install_error_docs(app)
     return app

@@ -43,7 +43,8 @@ from redis import Redis
 
 from backend.app import freeze_startup_heap
 from proofpool import db
-from proofpool.auth.signed_request import sign_request
+from proofpool.auth.nonce_store import EPOCH_KEY as NONCE_EPOCH_KEY
+from proofpool.auth.signed_request import Audience, Deployment, sign_request
 from proofpool.chain.anvil import free_port
 from proofpool.config import get_settings
 
@@ -52,6 +53,8 @@ RESULTS = ROOT / "bench" / "results" / "heartbeat.jsonl"
 TARGET_RPS = 1_000
 TARGET_P99_MS = 100.0
 MANAGER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+DEPLOYMENT = Deployment(31337, "0x" + "be" * 20)
+"""What the bench backend binds signed requests to (no chain runs: set by PROOFPOOL_API_*)."""
 
 
 def node_key(i: int) -> bytes:
@@ -94,7 +97,8 @@ def _sign_chunk(args: tuple[list[bytes], int, str]) -> list[bytes]:
     keys, port, path = args
     out = []
     for key in keys:
-        headers = sign_request(Account.from_key(key), "POST", path, b"{}")
+        audience = Audience(DEPLOYMENT, f"127.0.0.1:{port}")
+        headers = sign_request(Account.from_key(key), audience, "POST", path, b"{}")
         lines = [
             f"POST {path} HTTP/1.1",
             f"Host: 127.0.0.1:{port}",
@@ -307,13 +311,20 @@ def main() -> None:
     try:
         db.upgrade(url)
         seed_database(url, nodes)
-        Redis.from_url(redis_url).flushdb()
+        redis = Redis.from_url(redis_url)
+        redis.flushdb()
+        redis.set(NONCE_EPOCH_KEY, 0)  # emptied by us, not lost: no request signed before can be replayed
+        redis.close()
         env = {
             **os.environ,
             "DATABASE_URL": url,
             "REDIS_URL": redis_url,
             "PROOFPOOL_DB_POOL_MAX": "8",
             "PROOFPOOL_DB_POOL_MIN": "4",
+            "PROOFPOOL_API_CHAIN_ID": str(DEPLOYMENT.chain_id),
+            "PROOFPOOL_API_POOL_CONTRACT": DEPLOYMENT.pool_contract,
+            "PROOFPOOL_API_HOSTS": f"127.0.0.1:{port}",
+            "PROOFPOOL_METRICS_ADDRESS": "",
         }
         log = ROOT / ".devnet" / "bench-heartbeat-backend.log"
         log.parent.mkdir(parents=True, exist_ok=True)

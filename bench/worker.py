@@ -134,7 +134,9 @@ def run_worker(stack, node, batch_size: int, batches: int, state_dir: Path) -> t
         backoff=Backoff(initial=0.2),
     )
     console = TimedConsole(node.address, stack.backend_url, ledger_every=3600)
-    with NodeApi(stack.backend_url, node) as api:
+    with NodeApi(
+        stack.backend_url, node, chain_id=stack.admin.chain_id, pool_contract=stack.admin.book.compute_pool
+    ) as api:
         client = stack.admin.as_account(node)
         worker = TimedWorkerNode(config, node, client, api, lambda: ObjectStore.from_settings(settings), console)
         worker.run()

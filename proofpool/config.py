@@ -12,7 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AliasChoices, Field, field_validator
+from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -84,9 +84,30 @@ class Settings(BaseSettings):
     db_pool_min: int = Field(1, ge=1)
     db_pool_max: int = Field(10, ge=1)
     signature_max_skew: int = Field(300, ge=1)
-    """Seconds a signed request's timestamp may differ from the server clock."""
+    """Seconds a signed request's timestamp may lag the server clock: how long a signed request
+    stays usable (its nonce is remembered that long, plus `signature_max_ahead`)."""
+    signature_max_ahead: int = Field(5, ge=0, le=300)
+    """Seconds a signed request's timestamp may lead the server clock (a client clock running
+    fast). Kept small: when the nonce store starts empty (first start, Redis flushed) requests
+    timestamped within this many seconds after are refused, to be signed again
+    (`proofpool.auth.nonce_store`)."""
+    api_hosts: Annotated[tuple[str, ...], NoDecode] = ()
+    """Host[:port] values (the Host header) at which clients reach this backend; signed requests
+    are bound to the host they are sent to and refused at any other. Comma-separated in
+    PROOFPOOL_API_HOSTS; empty (default): the host of `backend_url`. Behind a reverse proxy, list
+    the public name(s) and let the proxy pass the Host header through."""
+    api_chain_id: int | None = Field(None, ge=1)
+    """Chain of the deployment signed requests are bound to (with `api_pool_contract`). Unset
+    (default): the chain the indexer follows (database) and its ComputePool from the address book
+    in `deployments_dir`, the same facts invites are signed for."""
+    api_pool_contract: str | None = None
+    """ComputePool address signed requests are bound to; set together with `api_chain_id`."""
     request_max_bytes: int = Field(1024 * 1024, ge=1)
-    """Largest JSON body the API accepts."""
+    """Largest request body the API reads, counted as it arrives (chunked bodies included)."""
+    metrics_address: str = "127.0.0.1:9107"
+    """HOST:PORT of the backend's Prometheus `/metrics`, a server of its own apart from the public
+    API (an internal interface; every API worker process binds it with SO_REUSEPORT, and a scrape
+    reads the process that takes it). Port 0: any free port; empty: no metrics server."""
     manager_private_key: str | None = Field(None, repr=False)
     """Pool manager key held by the orchestrator to sign invites and eject nodes. Never logged."""
     heartbeat_interval: float = Field(10.0, gt=0)
@@ -110,6 +131,17 @@ class Settings(BaseSettings):
     checkpoints through, the object store being the last resort; comma-separated in
     PROOFPOOL_CHECKPOINT_RELAYS, empty by default. Relays are untrusted: what they serve is
     checked against the manifest, and the manifest against the chain."""
+    checkpoint_max_bytes: int = Field(64 * 1024**3, ge=1)
+    """Largest checkpoint (the sum of its manifest's file sizes) a worker, validator, trainer or relay
+    downloads: a pool's manager publishes its manifest, and a manifest may declare any size."""
+    served_pools: Annotated[tuple[int, ...], NoDecode] = ()
+    """Pools this validator judges and this indexer dispatches validation tasks for (comma-separated
+    ids in PROOFPOOL_SERVED_POOLS), together with those of `served_managers`. Pools are
+    permissionless: without a list, anyone could create pools whose files and checkpoints every
+    validator downloads. Both empty: every pool, on the devnet chain (31337) only; elsewhere the
+    validator and the indexer refuse to start."""
+    served_managers: Annotated[tuple[str, ...], NoDecode] = ()
+    """Pool managers (addresses, comma-separated in PROOFPOOL_SERVED_MANAGERS) whose pools are served."""
 
     # --- validator ---
     validator_sample_rate: float = Field(1.0, ge=0, le=1)
@@ -161,10 +193,94 @@ class Settings(BaseSettings):
         except ConfigError as exc:
             raise ValueError(str(exc)) from exc
 
+    @field_validator("served_pools", mode="before")
+    @classmethod
+    def _split_pools(cls, value: object) -> object:
+        """Comma-separated pool ids in the environment."""
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("served_managers", mode="before")
+    @classmethod
+    def _split_managers(cls, value: object) -> object:
+        """Comma-separated addresses in the environment, checksummed (a typo fails at start-up)."""
+        from eth_utils import is_address, to_checksum_address
+
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list | tuple):
+            return value
+        bad = [str(v) for v in value if not is_address(str(v))]
+        if bad:
+            raise ValueError(f"not an address: {', '.join(bad)}")
+        return tuple(to_checksum_address(str(v)) for v in value)
+
+    @field_validator("api_hosts", mode="before")
+    @classmethod
+    def _split_hosts(cls, value: object) -> object:
+        """Comma-separated in the environment; each normalized as signed (lower case, no default port)."""
+        from proofpool.auth.signed_request import normalize_host  # lazy: eth_account
+
+        if isinstance(value, str):
+            value = [part for part in value.split(",") if part.strip()]
+        if not isinstance(value, list | tuple):
+            return value
+        return tuple(normalize_host(str(host)) for host in value)
+
+    @field_validator("api_pool_contract")
+    @classmethod
+    def _checksum_pool(cls, value: str | None) -> str | None:
+        from eth_utils import is_address, to_checksum_address
+
+        if value is None:
+            return None
+        if not is_address(value):
+            raise ValueError(f"not a 0x address: {value!r}")
+        return to_checksum_address(value)
+
+    @field_validator("metrics_address")
+    @classmethod
+    def _check_metrics_address(cls, value: str) -> str:
+        value = value.strip()
+        if value:
+            split_host_port(value)  # raises ValueError with the reason
+        return value
+
+    @model_validator(mode="after")
+    def _deployment_pair(self) -> Settings:
+        if (self.api_chain_id is None) != (self.api_pool_contract is None):
+            raise ValueError("set PROOFPOOL_API_CHAIN_ID and PROOFPOOL_API_POOL_CONTRACT together, or neither")
+        return self
+
+    @property
+    def signed_request_hosts(self) -> frozenset[str]:
+        """Hosts signed requests may be sent to: `api_hosts`, else the host of `backend_url`
+        (normalized again here: `model_copy(update=...)` skips the field validators)."""
+        from proofpool.auth.signed_request import host_of_url, normalize_host
+
+        if self.api_hosts:
+            return frozenset(normalize_host(host) for host in self.api_hosts)
+        return frozenset({host_of_url(self.backend_url)})
+
+    @property
+    def metrics_bind(self) -> tuple[str, int] | None:
+        """(host, port) of the metrics server, None when turned off."""
+        return split_host_port(self.metrics_address) if self.metrics_address else None
+
     @property
     def celery_broker_url(self) -> str:
         """The broker Celery uses (BROKER_URL, else REDIS_URL)."""
         return self.broker_url or self.redis_url
+
+
+def split_host_port(address: str) -> tuple[str, int]:
+    """`HOST:PORT` (`[::1]:9107` for IPv6) as (host, port); `ValueError` saying what is wrong."""
+    host, sep, port = address.rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"expected HOST:PORT with a port 0-65535, got {address!r}")
+    return host, int(port)
 
 
 @lru_cache(maxsize=1)

@@ -35,6 +35,7 @@ from proofpool.checkpoint import (
     prune_checkpoints,
     publish_checkpoint,
 )
+from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
 from proofpool.http.ledger_client import LedgerClient
 from proofpool.model.base import resolve_base_model
@@ -271,7 +272,13 @@ def _model_dir(client: ChainClient, store: ObjectStore, config: TrainerConfig, p
 def _fetched(client: ChainClient, store: ObjectStore, config: TrainerConfig, version: int) -> Path:
     """Published checkpoint `version`, verified against the chain, through the relays if any."""
     return ensure_published_checkpoint(
-        client, store, config.pool_id, version, config.checkpoint_cache_dir, relays=config.relays
+        client,
+        store,
+        config.pool_id,
+        version,
+        config.checkpoint_cache_dir,
+        relays=config.relays,
+        max_bytes=get_settings().checkpoint_max_bytes,
     )
 
 

@@ -74,7 +74,13 @@ class ModelCache:
             if version == 0 and onchain_manifest_sha256(self._client, pool_id, 0) is None:
                 return resolve_base_model(self._client.pool.get_pool(pool_id).model_uri, self._base_model)
             return ensure_published_checkpoint(
-                self._client, self._store, pool_id, version, self._cache_dir, relays=self._relays
+                self._client,
+                self._store,
+                pool_id,
+                version,
+                self._cache_dir,
+                relays=self._relays,
+                max_bytes=get_settings().checkpoint_max_bytes,
             )
         except (CheckpointError, UnknownBaseModel) as exc:
             raise ModelUnavailable(f"model of pool {pool_id} version {version}: {exc}") from exc
@@ -88,14 +94,15 @@ class ModelCache:
 
 
 def warm_up(res: Resources) -> None:
-    """Load the latest model of every active pool before the first task arrives, so the first
+    """Load the latest model of every active pool served here before the first task arrives, so the first
     submissions are not judged seconds late behind a cold start (imports and weights: ~5 s here).
     A model that cannot be loaded now is loaded by the task that needs it."""
     from proofpool.chain.bindings import PoolStatus
 
     pools = res.client.pool
     for pool_id in range(1, pools.pool_count() + 1):
-        if pools.get_pool(pool_id).status is not PoolStatus.ACTIVE:
+        info = pools.get_pool(pool_id)
+        if info.status is not PoolStatus.ACTIVE or not res.served.allows(pool_id, info.manager):
             continue
         version = pools.latest_checkpoint(pool_id).version
         try:

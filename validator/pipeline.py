@@ -1,7 +1,8 @@
 """Validating one submission, start to recorded decision, without Celery.
 
-1. Re-read the indexed submission; only `pending` work is judged, and never work of this
-   validator's own node or provider (`ComputePool` refuses such a verdict).
+1. Re-read the indexed submission; only `pending` work of a served pool is judged (the
+   allowlist of `validator.resources.Resources.served`), and never work of this validator's own
+   node or provider (`ComputePool` refuses such a verdict).
 2. Claim it in PostgreSQL (`validator.store.claim`): the first validator owns it, a redelivered
    task of the owner sees the recorded decision and stops; another validator stops if the owner
    decided, and otherwise retries (`HeldByAnother`) until the owner decides or its lease expires.
@@ -37,7 +38,13 @@ from validator import store
 from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from validator.checks.verdict import reject
 from validator.resources import Resources
-from validator.submissions import IndexedSubmission, get_submission, last_issued_batch, pool_assignment
+from validator.submissions import (
+    IndexedSubmission,
+    get_submission,
+    last_issued_batch,
+    pool_assignment,
+    pool_manager,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +69,8 @@ class Outcome(StrEnum):
     """We recorded a decision before (a redelivered task)."""
     OTHERS = "others"
     """Another validator owns the submission."""
+    NOT_SERVED = "not_served"
+    """The pool is not on this validator's allowlist (`Settings.served_pools` / `served_managers`)."""
     OWN_WORK = "own_work"
     """The submission is of this validator's own node or provider: the contract refuses the verdict,
     and a validator judging itself is no check at all. Left to the other validators."""
@@ -83,6 +92,9 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
         sub = get_submission(conn, pool_id, work_key)
         if sub.status != "pending":
             return Result(Outcome.ALREADY_JUDGED)
+        if not res.served.allows(pool_id, pool_manager(conn, pool_id)):
+            log.info("pool not served here", extra=context)
+            return Result(Outcome.NOT_SERVED)
         if res.address in (sub.node, sub.provider):
             log.warning("not judging our own node's work", extra={**context, "node": sub.node})
             return Result(Outcome.OWN_WORK)

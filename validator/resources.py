@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 from eth_account.signers.local import LocalAccount
@@ -18,6 +18,7 @@ from psycopg_pool import ConnectionPool
 from proofpool.chain.accounts import load_account
 from proofpool.chain.client import ChainClient
 from proofpool.config import Settings, get_settings
+from proofpool.served import ServedPools
 from proofpool.storage.s3 import ObjectStore
 from validator.models import ModelCache
 
@@ -33,6 +34,8 @@ class Resources:
     pool: ConnectionPool
     store: ObjectStore
     models: ModelCache
+    served: ServedPools = field(default_factory=lambda: ServedPools(everything=True))
+    """The pools this validator judges (`Settings.served_pools` / `served_managers`)."""
 
     @property
     def address(self) -> str:
@@ -76,4 +79,5 @@ def build_resources(settings: Settings) -> Resources:
         settings.validator_precision,
         relays=settings.checkpoint_relays,
     )
-    return Resources(settings, account, client, pool, store, models)
+    served = ServedPools.configure(settings.served_pools, settings.served_managers, client.book.chain_id)
+    return Resources(settings, account, client, pool, store, models, served)

@@ -34,6 +34,12 @@ def pool_assignment(conn: Connection, pool_id: int) -> AssignmentConfig:
     return DEFAULT_ASSIGNMENT if row is None else DEFAULT_ASSIGNMENT.with_overrides(*row)
 
 
+def pool_manager(conn: Connection, pool_id: int) -> str | None:
+    """The pool's manager as indexed (None when the pool is not indexed)."""
+    row = conn.execute("SELECT manager FROM pools WHERE pool_id = %(pool_id)s", {"pool_id": pool_id}).fetchone()
+    return None if row is None else str(row[0])
+
+
 SELECT_LAST_ISSUED_BATCH = """
     SELECT last_batch FROM issued_batches
     WHERE pool_id = %(pool_id)s AND node = %(node)s AND model_version = %(version)s"""

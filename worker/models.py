@@ -91,7 +91,14 @@ class ModelResolver:
             through = f" through {len(self._relays)} relay(s)" if self._relays else ""
             self._progress(f"fetching checkpoint {a.checkpoint_version} from {a.checkpoint_uri}{through}")
         try:
-            return ensure_checkpoint(self._store(), a.checkpoint_uri, on_chain, self._cache_dir, relays=self._relays)
+            return ensure_checkpoint(
+                self._store(),
+                a.checkpoint_uri,
+                on_chain,
+                self._cache_dir,
+                relays=self._relays,
+                max_bytes=get_settings().checkpoint_max_bytes,
+            )
         except CheckpointError as exc:
             raise Unservable(exc.reason.value, exc.detail) from exc
 

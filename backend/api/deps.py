@@ -3,6 +3,8 @@ verified caller of a signed request. Authorization stays here, out of the handle
 
 from __future__ import annotations
 
+import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -12,9 +14,15 @@ from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
 from backend.api.errors import ApiError
-from proofpool.auth.signed_request import AuthError, SignedHeaders, verify_request
+from backend.db import nodes as nodes_db
+from proofpool.auth.nonce_store import NonceStore
+from proofpool.auth.signed_request import Deployment, SignedHeaders, request_target, verify_request
+from proofpool.chain.deploy import load_address_book
 from proofpool.config import Settings
+from proofpool.errors import ConfigError
 from proofpool.storage import ObjectStore
+
+log = logging.getLogger(__name__)
 
 
 # Plain attribute reads are `async` so FastAPI does not hop to a worker thread for them.
@@ -52,32 +60,75 @@ Conn = Annotated[AsyncConnection, Depends(get_conn)]
 RedisDep = Annotated[Redis, Depends(get_redis)]
 
 
-async def read_body(request: Request, settings: SettingsDep) -> bytes:
-    """The raw body, refused with 413 once it grows past the cap (a declared Content-Length over
-    the cap never gets here: `backend.app.BodyLimit` refuses it before any route runs)."""
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > settings.request_max_bytes:
-            raise ApiError(413, "body_too_large", f"body over {settings.request_max_bytes} bytes")
-    return body
+async def read_body(request: Request) -> bytes:
+    """The raw body. Its size is capped as it arrives by `backend.body_limit.BodyLimit`, which
+    refuses it with 413 before it grows past `request_max_bytes`."""
+    return await request.body()
 
 
 RawBody = Annotated[bytes, Depends(read_body)]
 
 
-async def signed_caller(request: Request, body: RawBody, settings: SettingsDep, redis: RedisDep) -> SignedHeaders:
-    """The verified signer of this request: signature, clock skew, and a nonce never seen before."""
-    path = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+async def get_nonce_store(request: Request) -> NonceStore:
+    return request.app.state.nonces
+
+
+async def signing_deployment(request: Request) -> Deployment:
+    """The deployment signed requests must be made for: `api_chain_id` + `api_pool_contract`
+    when set, else the chain the indexer follows and its ComputePool from the address book (what
+    invites are signed for). Resolved once per process; 503 `chain_unknown` until it can be."""
+    deployment: Deployment | None = getattr(request.app.state, "deployment", None)
+    if deployment is not None:
+        return deployment
+    settings: Settings = request.app.state.settings
+    deployment = await resolve_deployment(settings, request.app.state.db)
+    request.app.state.deployment = deployment
+    log.info("signed requests are bound to %s", deployment.describe())
+    return deployment
+
+
+async def resolve_deployment(settings: Settings, pool: AsyncConnectionPool) -> Deployment:
+    """See `signing_deployment`; `ApiError` 503 `chain_unknown` saying what is missing."""
+    if settings.api_chain_id is not None and settings.api_pool_contract is not None:
+        return Deployment(settings.api_chain_id, settings.api_pool_contract)
+    async with pool.connection() as conn:
+        chain_id = await nodes_db.chain_id(conn)
+    if chain_id is None:
+        raise ApiError(
+            503,
+            "chain_unknown",
+            "the indexer has not recorded which chain it follows yet, so signed requests cannot be checked "
+            "(or set PROOFPOOL_API_CHAIN_ID and PROOFPOOL_API_POOL_CONTRACT)",
+        )
     try:
-        signed = verify_request(request.method, path, body, request.headers, max_skew=settings.signature_max_skew)
-    except AuthError:
-        raise
-    fresh = await redis.set(
-        f"nonce:{signed.address}:{signed.nonce}", 1, nx=True, ex=2 * settings.signature_max_skew + 1
+        book = load_address_book(chain_id, settings.deployments_dir)
+    except ConfigError as exc:
+        raise ApiError(503, "chain_unknown", str(exc)) from exc
+    return Deployment(chain_id, book.compute_pool)
+
+
+NonceStoreDep = Annotated[NonceStore, Depends(get_nonce_store)]
+DeploymentDep = Annotated[Deployment, Depends(signing_deployment)]
+
+
+async def signed_caller(
+    request: Request, body: RawBody, nonces: NonceStoreDep, deployment: DeploymentDep
+) -> SignedHeaders:
+    """The verified signer of this request: made for our deployment and sent to one of our hosts,
+    signature, timestamp window, and a nonce the store has not seen (`proofpool.auth`)."""
+    target = request_target(request.scope.get("raw_path") or request.url.path.encode(), request.scope["query_string"])
+    now = time.time()
+    signed = verify_request(
+        request.method,
+        target,
+        body,
+        request.headers,
+        deployment=deployment,
+        hosts=request.app.state.signed_hosts,
+        window=nonces.window,
+        now=now,
     )
-    if not fresh:
-        raise AuthError("replayed_nonce", "this nonce was used before")
+    await nonces.claim(signed, now)
     return signed
 
 

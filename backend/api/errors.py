@@ -1,5 +1,6 @@
-"""Every error the API returns is JSON `{"error": code, "detail": ...}` with a 4xx status;
-a 500 is a bug, and even then the body is JSON without internals."""
+"""Every error the API returns is JSON `{"error": code, "detail": ...}` (`ErrorBody`) with a
+4xx status, or 503 when a service it needs is down; a 500 is a bug, and even then the body is
+JSON without internals."""
 
 from __future__ import annotations
 
@@ -9,12 +10,24 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg import OperationalError
+from pydantic import BaseModel, Field
+from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from proofpool.auth.signed_request import AuthError
 from proofpool.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
+
+
+class ErrorBody(BaseModel):
+    """The body of every refusal (the OpenAPI document lists the codes per operation and status)."""
+
+    error: str = Field(description="Stable code, e.g. `replayed_nonce` or `invalid_request`.")
+    detail: Any = Field(
+        description="What went wrong, for people: text, or for `invalid_request` a list of `{loc, msg}`."
+    )
 
 
 class ApiError(Exception):
@@ -38,7 +51,10 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(AuthError)
     async def _auth_error(_: Request, exc: AuthError) -> JSONResponse:
-        return error_response(401, exc.reason, str(exc))
+        response = error_response(401, exc.reason, str(exc))
+        if exc.retry_after is not None:
+            response.headers["Retry-After"] = str(exc.retry_after)
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -52,6 +68,16 @@ def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceUnavailable)
     async def _unavailable(_: Request, exc: ServiceUnavailable) -> JSONResponse:
         return error_response(503, "service_unavailable", str(exc))
+
+    @app.exception_handler(OperationalError)  # PostgreSQL down or the pool exhausted (PoolTimeout)
+    async def _database_down(request: Request, exc: OperationalError) -> JSONResponse:
+        log.warning("database unavailable on %s %s: %s", request.method, request.url.path, exc.__class__.__name__)
+        return error_response(503, "service_unavailable", "the database is unreachable; retry later")
+
+    @app.exception_handler(RedisError)
+    async def _redis_down(request: Request, exc: RedisError) -> JSONResponse:
+        log.warning("Redis unavailable on %s %s: %s", request.method, request.url.path, exc.__class__.__name__)
+        return error_response(503, "service_unavailable", "Redis is unreachable; retry later")
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, exc: Exception) -> JSONResponse:

@@ -1,23 +1,26 @@
-"""`/healthz` (what the backend depends on, and how far the indexer lags the chain) and
-`/metrics` (Prometheus)."""
+"""`/healthz`: what the backend depends on, and how far the indexer lags the chain.
+(Prometheus metrics are served on an internal address of their own: `backend.metrics`.)"""
 
 from __future__ import annotations
 
 import psycopg
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 from redis import exceptions as redis_errors
+from redis.asyncio import Redis
 
-from backend.api.deps import Conn, RedisDep, get_object_store
+from backend.api.deps import get_object_store
 from proofpool.chain.rpc import connect
 from proofpool.errors import ProofpoolError
 
 router = APIRouter(tags=["health"])
 
 INDEXER_NEXT_BLOCK = "SELECT next_block FROM indexer_state WHERE id = 1"
+DATABASE_WAIT = 3.0
+"""Seconds /healthz waits for a pooled connection before it reports the database as down."""
 
 
 class Health(BaseModel):
@@ -40,11 +43,16 @@ def _chain_head(request: Request) -> int:
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health}})
-async def healthz(request: Request, conn: Conn, redis: RedisDep) -> JSONResponse:
+async def healthz(request: Request) -> JSONResponse:
     """Database, Redis, object store and chain round trips; 503 when one fails."""
     health = Health(ok=False, checks={})
+    # Taken from the app, not through the `Conn`/`RedisDep` dependencies: a service that is down is
+    # reported in the body here, not answered with the API's 503 error.
+    pool: AsyncConnectionPool = request.app.state.db
+    redis: Redis = request.app.state.redis
     try:
-        row = await (await conn.execute(INDEXER_NEXT_BLOCK)).fetchone()
+        async with pool.connection(timeout=DATABASE_WAIT) as conn:
+            row = await (await conn.execute(INDEXER_NEXT_BLOCK)).fetchone()
         health.indexed_through = None if row is None else int(row[0]) - 1
         health.checks["database"] = "ok"
     except psycopg.Error as exc:  # report, do not crash: this endpoint says what is down
@@ -69,9 +77,3 @@ async def healthz(request: Request, conn: Conn, redis: RedisDep) -> JSONResponse
         health.chain_lag_blocks = max(0, health.chain_head - health.indexed_through)
     health.ok = all(v == "ok" for v in health.checks.values())
     return JSONResponse(status_code=200 if health.ok else 503, content=health.model_dump())
-
-
-@router.get("/metrics")
-async def metrics() -> Response:
-    """Prometheus text format."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)

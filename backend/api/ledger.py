@@ -64,7 +64,8 @@ def _csv_doc(row_type: type) -> dict[int | str, dict[str, Any]]:
             "content": {"text/csv": {"schema": {"type": "string"}}},
             "description": f"JSON page, or with format=csv a header row ({', '.join(ledger.row_fields(row_type))}) "
             f"and one line per row; the next cursor is in the {NEXT_CURSOR_HEADER} header.",
-        }
+        },
+        422: {"description": "`invalid_cursor`: `cursor` is not one this listing handed out."},
     }
 
 
@@ -154,7 +155,7 @@ async def list_submissions(conn: Conn, query: Annotated[SubmissionQuery, Query()
 @router.get(
     "/submissions/{pool_id}/{work_key}",
     response_model=SubmissionDetail,
-    responses={404: {"description": "The chain has no such submission."}},
+    responses={404: {"description": "`submission_not_found`: the chain has no such submission."}},
 )
 async def get_submission(
     conn: Conn,

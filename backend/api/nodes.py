@@ -89,7 +89,17 @@ class NodeStatusOut(BaseModel):
     )
 
 
-@router.put("", response_model=AnnouncementOut)
+@router.put(
+    "",
+    response_model=AnnouncementOut,
+    responses={
+        403: {
+            "description": "`node_not_registered`: the chain (as indexed) has no active node for the signer (a node "
+            "added seconds ago may not be indexed yet: retry); `provider_mismatch`: it is registered under another "
+            "provider."
+        }
+    },
+)
 async def announce_node(body: Announcement, caller: SignedCaller, conn: Conn) -> AnnouncementOut:
     """Announce the signing node: accepted only if the chain registers it, active, under `provider`."""
     row = await discovery.announce(
@@ -98,7 +108,11 @@ async def announce_node(body: Announcement, caller: SignedCaller, conn: Conn) ->
     return AnnouncementOut(**row.__dict__)
 
 
-@router.get("/{address}", response_model=NodeStatusOut)
+@router.get(
+    "/{address}",
+    response_model=NodeStatusOut,
+    responses={404: {"description": "`unknown_node`: neither registered (as indexed) nor announced."}},
+)
 async def get_node(
     address: Annotated[str, Path(pattern=ADDRESS_PATTERN, description="Node address (any case).")],
     conn: Conn,

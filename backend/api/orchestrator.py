@@ -113,7 +113,17 @@ class InviteOut(BaseModel):
     pool_contract: str
 
 
-@router.post("/heartbeat", response_model=HeartbeatOut)
+@router.post(
+    "/heartbeat",
+    response_model=HeartbeatOut,
+    responses={
+        403: {
+            "description": "`node_not_registered`: the chain (as indexed) has no active node for the signer; "
+            "`node_not_announced`: announce with PUT /v1/nodes first; `not_pool_member`: `pool_id` names a pool "
+            "the node is not a member of."
+        }
+    },
+)
 async def heartbeat(
     caller: SignedCaller,
     conn: Conn,
@@ -170,7 +180,22 @@ async def heartbeat(
     return Response(reply.model_dump_json(), media_type="application/json")
 
 
-@router.get("/invites/{node}", response_model=InviteOut)
+@router.get(
+    "/invites/{node}",
+    response_model=InviteOut,
+    responses={
+        403: {
+            "description": "`not_node_provider`: the signer is neither the node nor its provider; "
+            "`node_not_registered`, `node_not_announced`; `pool_not_managed`, `pool_not_active`, `pool_not_approved` "
+            "(the provider has not approved the pool); `node_banned`, `node_slashed`, `already_member`."
+        },
+        404: {"description": "`unknown_pool`: no such pool (as indexed); `no_active_pool`: we manage no active pool."},
+        503: {
+            "description": "`invites_unavailable`: this backend holds no (valid) pool manager key; `chain_unknown`: "
+            "the indexer has not recorded the chain, or its address book is missing."
+        },
+    },
+)
 async def get_invite(
     node: Annotated[str, Path(pattern=ADDRESS_PATTERN, description="The node to invite.")],
     caller: SignedCaller,

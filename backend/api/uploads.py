@@ -83,12 +83,15 @@ class UploadTicket(BaseModel):
 
 
 _RESPONSES: dict[int | str, dict] = {
-    401: {"description": "Missing or bad signature, stale timestamp, replayed nonce."},
-    403: {"description": "The signer is not an active member of an active pool `pool_id`."},
-    413: {"description": "`size` is over the upload limit."},
+    403: {"description": "`not_active_member`: the signer is not an active member of an active pool `pool_id`."},
+    413: {"description": "`upload_too_large`: `size` is over the upload limit."},
     422: {"description": "Malformed body (pool id, sha256 hex, size)."},
-    429: {"description": "Too many upload URLs for this node; wait `Retry-After` seconds."},
+    429: {
+        "description": "`rate_limited`: too many upload URLs for this node; wait `Retry-After` seconds.",
+        "headers": {"Retry-After": {"description": "Seconds until the next URL.", "schema": {"type": "integer"}}},
+    },
 }
+"""This route's own refusals; the ones every signed route shares are added by `backend.api.openapi`."""
 
 
 @router.post("", response_model=UploadTicket, responses=_RESPONSES)

@@ -27,6 +27,7 @@ import requests
 
 from backend.db import chain as chain_db
 from backend.db import outbox as outbox_db
+from backend.db.outbox import OutboxTask
 from backend.indexer.decode import FastDecoder
 from backend.indexer.outbox import Dispatcher, DispatchLoop, celery_sender, validation_tasks
 from backend.indexer.projections import apply_events
@@ -37,6 +38,7 @@ from proofpool.chain.deploy import AddressBook
 from proofpool.config import Settings
 from proofpool.db import connection_error, redact
 from proofpool.errors import ConfigError, ServiceUnavailable
+from proofpool.served import ServedPools
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,9 @@ class IndexerOptions:
     """Seconds that bound every statement and idle transaction of the indexer's sessions and,
     on PostgreSQL 14+, how long the server keeps a silent session (and so its lock) alive.
     Must exceed `max_backoff` plus the slowest JSON-RPC call (the session idles meanwhile)."""
+    served: ServedPools = field(default_factory=lambda: ServedPools(everything=True))
+    """Pools whose submissions get a validation task (`Settings.served_pools` / `served_managers`);
+    every submission is indexed either way."""
 
 
 class Indexer:
@@ -288,6 +293,19 @@ class Indexer:
             roll_back(conn, fork)
         self.stats.reorgs += 1
 
+    def _served(self, conn: psycopg.Connection, tasks: list[OutboxTask]) -> list[OutboxTask]:
+        """The tasks of served pools (pool managers read from the projection just applied)."""
+        served = self.options.served
+        if served.everything or not tasks:
+            return tasks
+        pools = sorted({int(task.args[0]) for task in tasks})
+        rows = conn.execute("SELECT pool_id, manager FROM pools WHERE pool_id = ANY(%s)", (pools,)).fetchall()
+        managers = {int(pool_id): manager for pool_id, manager in rows}
+        kept = [task for task in tasks if served.allows(int(task.args[0]), managers.get(int(task.args[0])))]
+        if len(kept) < len(tasks):
+            log.debug("submissions of pools not served: no validation task", extra={"skipped": len(tasks) - len(kept)})
+        return kept
+
     def _write(self, conn: psycopg.Connection, batch: RangeBatch) -> None:
         """Everything a range changes, in one transaction (the cursor moves with the data)."""
         started = time.monotonic()
@@ -298,7 +316,7 @@ class Indexer:
             new = chain_db.insert_events(conn, batch.events)
             chain_db.upsert_blocks(conn, list(batch.headers.values()))
             apply_events(conn, new)
-            tasks = validation_tasks(new)
+            tasks = self._served(conn, validation_tasks(new))
             outbox_db.enqueue(conn, tasks)
             chain_db.set_cursor(conn, batch.end + 1)
         for event in new:
@@ -350,6 +368,9 @@ def setup_indexer(
         confirmations=settings.confirmations,
         poll_interval=settings.indexer_poll_interval,
         from_block=from_block,
+        served=ServedPools.configure(settings.served_pools, settings.served_managers, client.book.chain_id),
     )
+    if dispatch:
+        log.info("validation tasks for %s", options.served.describe())
     source = ChainSource(client.w3, FastDecoder(client.book.addresses))
     return Indexer(source, client.book, database_url or settings.database_url, options, dispatcher)

@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from psycopg import AsyncConnection
 
 from backend.api.errors import ApiError
 from backend.db import nodes as db
 from backend.orchestrator.heartbeat import not_registered
+from backend.orchestrator.manager_key import manager_key
 from proofpool.chain.deploy import load_address_book
 from proofpool.chain.signing import sign_invite
 from proofpool.config import Settings
@@ -39,15 +39,16 @@ class SignedInvite:
 
 
 def manager_account(settings: Settings) -> LocalAccount:
-    """The pool manager key, or a 503 when the operator did not configure one."""
-    if not settings.manager_private_key:
+    """The pool manager key, or a 503 when the operator did not configure a usable one."""
+    try:
+        account = manager_key(settings)
+    except ConfigError as exc:
+        raise ApiError(503, "invites_unavailable", f"the configured pool manager key cannot be loaded: {exc}") from exc
+    if account is None:
         raise ApiError(
             503, "invites_unavailable", "this backend holds no pool manager key (PROOFPOOL_MANAGER_PRIVATE_KEY)"
         )
-    try:
-        return Account.from_key(settings.manager_private_key)
-    except (ValueError, TypeError) as exc:
-        raise ApiError(503, "invites_unavailable", "the configured pool manager key is malformed") from exc
+    return account
 
 
 async def _target_pool(conn: AsyncConnection, manager: str, pool_id: int | None) -> int:

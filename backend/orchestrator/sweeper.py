@@ -17,12 +17,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from eth_account import Account
 from psycopg import AsyncConnection
 from redis.asyncio import Redis
 
 from backend.db import nodes as db
 from backend.orchestrator import liveness
+from backend.orchestrator.manager_key import manager_key
 from backend.orchestrator.states import Liveness, NodeState, latest, node_state
 from proofpool.chain.bindings import MemberState
 from proofpool.chain.client import ChainClient
@@ -127,9 +127,9 @@ async def run_sweeper(
     report: Callable[[Ejection], None] | None = None,
 ) -> None:
     """Sweep every `interval` seconds until cancelled (or one sweep with `once`)."""
-    if not settings.manager_private_key:
+    manager = manager_key(settings)
+    if manager is None:
         raise ConfigError("the sweeper needs the pool manager key: set PROOFPOOL_MANAGER_PRIVATE_KEY")
-    manager = Account.from_key(settings.manager_private_key)
     eject = None
     if not dry_run:
         client = await asyncio.to_thread(

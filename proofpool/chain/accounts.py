@@ -67,6 +67,12 @@ def account_address(source: str | None, env_var: str = KEY_ENV) -> str:
     return load_account(value).address
 
 
+def key_location(source: str) -> str | Path:
+    """The hex key or the keystore path `source` (hex, keystore path or env:NAME) names, without
+    decrypting anything (for checks of where keys come from)."""
+    return _resolve(source, KEY_ENV)
+
+
 def _resolve(source: str | None, env_var: str) -> str | Path:
     """The hex key or the keystore path that `source` (else `$env_var`) names."""
     value = source or os.environ.get(env_var)

@@ -19,6 +19,7 @@ from web3 import Web3
 from web3.types import TxReceipt
 
 from proofpool.chain.artifacts import load_artifact
+from proofpool.chain.networks import DEVNET_CHAIN_ID
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 from proofpool.errors import ConfigError
@@ -112,6 +113,11 @@ class AddressBook:
 def deploy_contracts(w3: Web3, sender: TxSender, params: DeployParams | None = None) -> AddressBook:
     """Deploy and wire the four contracts with `sender` as admin; returns their address book."""
     params = params or DeployParams()
+    if params.admin_is_minter and w3.eth.chain_id != DEVNET_CHAIN_ID:
+        raise ConfigError(
+            f"chain {w3.eth.chain_id} is not the devnet: a faucet (MINTER_ROLE for the deployer) exists only on "
+            f"chain {DEVNET_CHAIN_ID}; deploy with --no-faucet"
+        )
     admin = sender.address
     deploy_block = w3.eth.block_number + 1
     token = sender.deploy(load_artifact("PoolToken"), admin)

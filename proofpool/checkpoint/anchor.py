@@ -72,9 +72,11 @@ def ensure_published_checkpoint(
     progress: ProgressCallback | None = None,
     *,
     relays: Sequence[str] = (),
+    max_bytes: int | None = None,
 ) -> Path:
     """The local directory of checkpoint `version` of `pool_id`, trusted because its manifest
-    hash is the one published on-chain (`not_on_chain` when there is none).
+    hash is the one published on-chain (`not_on_chain` when there is none), and no larger than
+    `max_bytes` in all (`checkpoint_too_large`).
 
     `relays` (base URLs, e.g. `Settings.checkpoint_relays`) are asked before the store, picked by
     observed success rate and bandwidth; whoever serves the bytes, the manifest must hash to the
@@ -82,7 +84,9 @@ def ensure_published_checkpoint(
     anchored = onchain_checkpoint(client, pool_id, version)
     if anchored is None:
         raise CheckpointError(Reason.NOT_ON_CHAIN, f"pool {pool_id} has no checkpoint {version} on chain")
-    return ensure_checkpoint(store, anchored.uri, anchored.manifest_sha256, cache_dir, progress, relays=relays)
+    return ensure_checkpoint(
+        store, anchored.uri, anchored.manifest_sha256, cache_dir, progress, relays=relays, max_bytes=max_bytes
+    )
 
 
 def _from_logs(client: ChainClient, pool_id: int, version: int, log_window: int) -> AnchoredCheckpoint | None:

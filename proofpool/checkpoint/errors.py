@@ -27,6 +27,8 @@ class Reason(StrEnum):
     """A file's bytes do not have the size and sha256 its manifest entry lists."""
     SHARD_MISSING = "shard_missing"
     """A file the manifest lists is not in the store."""
+    CHECKPOINT_TOO_LARGE = "checkpoint_too_large"
+    """The manifest's files add up to more than this process downloads (`Settings.checkpoint_max_bytes`)."""
     NOT_ON_CHAIN = "not_on_chain"
     """No manifest hash is published on-chain for this pool and version."""
     URI_INVALID = "uri_invalid"

@@ -103,6 +103,7 @@ def ensure_checkpoint(
     verify_cached: bool = False,
     relays: Sequence[str] = (),
     parallel: int = DEFAULT_PARALLEL,
+    max_bytes: int | None = None,
 ) -> Path:
     """A local model directory holding exactly the checkpoint whose manifest hashes to
     `expected_manifest_sha256` (the hash published on-chain), fetched from `uri` as needed.
@@ -116,6 +117,8 @@ def ensure_checkpoint(
     `relays` are base URLs of `proofpool relay serve` instances, asked before the store (the
     last resort) by their observed success rate and bandwidth; `parallel` files download at once.
     A relay that fails or lies costs time, never trust: the reasons above are those of the store.
+    A manifest whose files add up to more than `max_bytes` is refused before any file is fetched
+    (`checkpoint_too_large`): the pool's manager writes the manifest and may declare any size.
     """
     target = checkpoint_dir(cache_dir, expected_manifest_sha256)
     if is_complete(target):
@@ -128,7 +131,13 @@ def ensure_checkpoint(
     with relay_client(parallel) as client:
         picker = build_picker(store, location, relays, client, manifest_sha256=expected_manifest_sha256)
         return fetch_checkpoint(
-            picker, expected_manifest_sha256, cache_dir, progress, verify_cached=verify_cached, parallel=parallel
+            picker,
+            expected_manifest_sha256,
+            cache_dir,
+            progress,
+            verify_cached=verify_cached,
+            parallel=parallel,
+            max_bytes=max_bytes,
         )
 
 
@@ -140,13 +149,16 @@ def fetch_checkpoint(
     *,
     verify_cached: bool = False,
     parallel: int = DEFAULT_PARALLEL,
+    max_bytes: int | None = None,
 ) -> Path:
     """`ensure_checkpoint` over the sources of `picker` (kept by the caller to read its stats)."""
     target = checkpoint_dir(cache_dir, expected_manifest_sha256)
     if is_complete(target):
         return target
     raw = fetch_manifest(picker, expected_manifest_sha256)
-    return materialize_checkpoint(picker, raw, cache_dir, progress, verify_cached=verify_cached, parallel=parallel)
+    return materialize_checkpoint(
+        picker, raw, cache_dir, progress, verify_cached=verify_cached, parallel=parallel, max_bytes=max_bytes
+    )
 
 
 def fetch_manifest(picker: SourcePicker, expected_sha256: bytes | None) -> bytes:
@@ -201,6 +213,7 @@ def materialize_checkpoint(
     *,
     verify_cached: bool = False,
     parallel: int = DEFAULT_PARALLEL,
+    max_bytes: int | None = None,
 ) -> Path:
     """Download the files of a manifest the caller already trusts (checked against the chain by
     a client, taken from its upstream by a relay) and assemble its checkpoint directory.
@@ -211,6 +224,12 @@ def materialize_checkpoint(
     if parallel < 1:
         raise ValueError(f"parallel must be >= 1, not {parallel}")
     manifest = parse_manifest(raw_manifest)
+    if max_bytes is not None and manifest.total_size > max_bytes:
+        raise CheckpointError(
+            Reason.CHECKPOINT_TOO_LARGE,
+            f"the manifest lists {len(manifest.files)} files of {manifest.total_size} bytes in all, over the "
+            f"limit of {max_bytes} (PROOFPOOL_CHECKPOINT_MAX_BYTES)",
+        )
     target = checkpoint_dir(cache_dir, hashlib.sha256(raw_manifest).digest())
     blobs = Path(cache_dir) / BLOBS
     blobs.mkdir(parents=True, exist_ok=True)

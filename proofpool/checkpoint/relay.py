@@ -240,6 +240,7 @@ class Relay:
         wait_timeout: float = 50.0,
         retry_failed_after: float = 5.0,
         remirror_after: float = 60.0,
+        max_bytes: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.cache_dir = Path(cache_dir)
@@ -251,6 +252,8 @@ class Relay:
         """A failed mirror is answered from memory this long, so a down upstream is not hammered."""
         self.remirror_after = remirror_after
         """A client expecting another manifest triggers a new mirror only when the last is this old."""
+        self.max_bytes = max_bytes
+        """Largest checkpoint mirrored (its manifest's files in all); None: no limit."""
         self._clock = clock
         self._lock = threading.Lock()
         self._jobs: dict[tuple[int, int], MirrorJob] = {}
@@ -378,7 +381,9 @@ class Relay:
                         self._from_upstream += entry.size
                 job.blob_done(entry.sha256)
 
-            materialize_checkpoint(picker, raw, self.cache_dir, on_file, parallel=self.parallel)
+            materialize_checkpoint(
+                picker, raw, self.cache_dir, on_file, parallel=self.parallel, max_bytes=self.max_bytes
+            )
             job.finish(self._clock())
             log.info("mirrored pool %d v%d (%d files)", job.pool_id, job.version, len(manifest.files))
         except Exception as exc:  # the thread's boundary: waiters turn it into a 4xx/5xx answer

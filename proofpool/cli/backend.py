@@ -55,15 +55,19 @@ def serve(
     access_log: Annotated[bool, typer.Option(help="Log every request (costly at thousands of heartbeats/s).")] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level: debug, info, warning, error.")] = "info",
 ) -> None:
-    """Run the backend (discovery, orchestrator, uploads, ledger, /healthz, /metrics) with uvicorn."""
+    """Run the backend (discovery, orchestrator, uploads, ledger, /healthz) with uvicorn; Prometheus
+    /metrics is served apart, on PROOFPOOL_METRICS_ADDRESS (an internal address)."""
     import uvicorn
+
+    from backend.orchestrator.manager_key import manager_key
 
     settings = get_settings()
     revision = check_services(settings)
+    manager = manager_key(settings)  # a key that cannot be loaded stops the start, not every invite later
     bind_host, bind_port = host or settings.backend_host, port or settings.backend_port
     console.print(
         f"backend on http://{bind_host}:{bind_port} ({workers} worker{'s' * (workers > 1)}, schema {revision}); "
-        f"invites and ejections {'enabled' if settings.manager_private_key else 'off: no manager key'}"
+        f"invites and ejections {f'enabled as manager {manager.address}' if manager else 'off: no manager key'}"
     )
     uvicorn.run(
         "backend.app:create_app",

@@ -12,6 +12,7 @@ from proofpool.chain.deploy import (
     load_address_book,
     write_address_book,
 )
+from proofpool.chain.networks import DEVNET_CHAIN_ID
 from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import parse_pool
@@ -38,7 +39,12 @@ def deploy(
     unbonding_days: float = typer.Option(7.0, help="Unbonding period in days (must exceed every dispute window)."),
     min_stake: str = typer.Option("100", help="Base stake (POOL) a provider with compute units must keep."),
     stake_per_unit: str = typer.Option("10", help="Extra stake (POOL) per registered compute unit."),
-    no_faucet: bool = typer.Option(False, "--no-faucet", help="Do not make the deployer a token minter."),
+    faucet: bool | None = typer.Option(
+        None,
+        "--faucet/--no-faucet",
+        help="Make the deployer a token minter (the devnet faucet). Default: on the devnet chain (31337) "
+        "only; refused on any other chain.",
+    ),
 ) -> None:
     """Deploy PoolToken, StakeManager, ComputeRegistry and ComputePool, and write the address book."""
     settings = get_settings()
@@ -47,7 +53,7 @@ def deploy(
         unbonding_period=int(unbonding_days * 86400),
         min_stake=parse_pool(min_stake),
         stake_per_compute_unit=parse_pool(stake_per_unit),
-        admin_is_minter=not no_faucet,
+        admin_is_minter=w3.eth.chain_id == DEVNET_CHAIN_ID if faucet is None else faucet,
     )
     book = deploy_contracts(w3, TxSender(w3, load_account(key)), params)
     path = write_address_book(book, settings.deployments_dir)

@@ -65,6 +65,6 @@ def serve(
             raise ServiceUnavailable(f"upstream relay {base} does not answer /healthz ({exc}); start it first") from exc
         source = RelayUpstream(base, relay_client(parallel))
     directory = cache_dir or Path(settings.state_dir) / f"relay-{port}"
-    relay = Relay(directory, source, parallel=parallel)
+    relay = Relay(directory, source, parallel=parallel, max_bytes=get_settings().checkpoint_max_bytes)
     console.print(f"relay on http://{host}:{port}, mirroring from {source.name} into {directory}")
     uvicorn.run(create_relay_app(relay), host=host, port=port, log_level=log_level, access_log=False)

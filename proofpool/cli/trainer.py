@@ -7,6 +7,7 @@ sharded with FSDP over N processes (gloo), rank 0 alone talking to the chain, le
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from datetime import timedelta
@@ -57,9 +58,10 @@ def run(
     Under `torchrun --nproc-per-node N -m proofpool.cli.main trainer run ...` the step is sharded
     over N processes (FSDP, gloo); rank 0 alone gathers, publishes and saves.
     """
-    from proofpool.chain.accounts import load_account
+    from proofpool.chain.accounts import KEY_ENV, load_account
     from proofpool.chain.client import ChainClient
     from proofpool.http.ledger_client import LedgerClient
+    from proofpool.offdevnet import check_off_devnet
     from proofpool.storage.s3 import ObjectStore
     from trainer.config import GrpoConfig
     from trainer.train import TrainerConfig, abort_followers, follow_trainer, run_trainer
@@ -99,6 +101,7 @@ def run(
             enable_progress_logs("trainer", "proofpool.checkpoint")
             try:
                 client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
+                check_off_devnet(settings, client.chain_id, [key or os.environ.get(KEY_ENV)])
             except BaseException as exc:
                 abort_followers(world, exc)  # they wait for rank 0's first command
                 raise

@@ -47,9 +47,11 @@ def run(
 ) -> None:
     """Validate submissions and send verdicts on-chain with the validator key (needs VALIDATOR_ROLE)."""
     from proofpool.broker import verdicts_queue
-    from proofpool.chain.accounts import load_account
+    from proofpool.chain.accounts import KEY_ENV, load_account
     from proofpool.chain.client import ChainClient
     from proofpool.cli.backend import check_services
+    from proofpool.offdevnet import check_off_devnet
+    from proofpool.served import ServedPools
     from validator.celery_app import ROLE_ENV
     from validator.resources import VALIDATOR_KEY_ENV
 
@@ -61,6 +63,8 @@ def run(
             f"{account.address} has no VALIDATOR_ROLE on the ComputePool; the admin grants it "
             "(proofpool.chain.deploy.grant_validator)"
         )
+    served = ServedPools.configure(settings.served_pools, settings.served_managers, client.book.chain_id)
+    check_off_devnet(settings, client.book.chain_id, [key or os.environ.get(KEY_ENV)])
     check_services(settings)
     env = {
         **os.environ,
@@ -101,7 +105,8 @@ def run(
     }
     console.print(
         f"validator {account.address}: {slots} validation slot(s), sample rate "
-        f"{sample_rate if sample_rate is not None else settings.validator_sample_rate}, one verdict sender"
+        f"{sample_rate if sample_rate is not None else settings.validator_sample_rate}, one verdict sender; "
+        f"serving {served.describe()}"
     )
     sys.exit(_supervise(children))
 

@@ -6,6 +6,7 @@ uploads and `submitWork`, and pays that transaction's gas.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from pathlib import Path
@@ -88,6 +89,7 @@ def run(
     from proofpool.chain.accounts import load_account
     from proofpool.chain.client import ChainClient
     from proofpool.http.node_api import NodeApi
+    from proofpool.offdevnet import check_off_devnet
     from proofpool.storage.s3 import ObjectStore
     from worker.console import WorkerConsole
     from worker.node import WorkerConfig, WorkerNode
@@ -118,7 +120,10 @@ def run(
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
     client = ChainClient.from_settings(account, rpc_url=rpc_url)
-    with NodeApi(backend_url or settings.backend_url, account) as api:
+    check_off_devnet(settings, client.chain_id, [key or os.environ.get(NODE_KEY_ENV)])
+    with NodeApi(
+        backend_url or settings.backend_url, account, chain_id=client.chain_id, pool_contract=client.book.compute_pool
+    ) as api:
         view = WorkerConsole(account.address, backend_url or settings.backend_url)
         view.say(f"worker for pool {pool}, node {account.address}, journal in {config.state_dir}")
         WorkerNode(config, account, client, api, ObjectStore.from_settings, view, stop).run()

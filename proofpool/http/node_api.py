@@ -2,12 +2,13 @@
 announce, heartbeat, and fetch an invite. Thin typed wrappers over `SignedClient`.
 
 ```python
-with NodeApi(settings.backend_url, node_account) as api:
+deployment = dict(chain_id=client.chain_id, pool_contract=client.book.compute_pool)  # client: a ChainClient
+with NodeApi(settings.backend_url, node_account, **deployment) as api:
     api.announce(provider=provider_address, specs={"cores": 2})
     beat = api.heartbeat()                      # beat.assignment is None until it joined a pool
     ...                                         # generate rollouts for beat.assignment.task_ids
     beat = api.heartbeat(completed=beat.assignment)
-with NodeApi(settings.backend_url, provider_account) as api:
+with NodeApi(settings.backend_url, provider_account, **deployment) as api:
     client.pool.join_pool(api.get_invite(node_address))   # the provider signs this one
 ```
 """
@@ -136,10 +137,13 @@ class SignedInvite:
 
 
 class NodeApi:
-    """Discovery and orchestrator calls, signed by `account` (the node, or its provider for invites)."""
+    """Discovery and orchestrator calls, signed by `account` (the node, or its provider for invites)
+    for the deployment `chain_id` + `pool_contract` (see `SignedClient`)."""
 
-    def __init__(self, base_url: str, account: LocalAccount, timeout: float = 10.0) -> None:
-        self._client = SignedClient(base_url, account, timeout=timeout)
+    def __init__(
+        self, base_url: str, account: LocalAccount, *, chain_id: int, pool_contract: str, timeout: float = 10.0
+    ) -> None:
+        self._client = SignedClient(base_url, account, chain_id=chain_id, pool_contract=pool_contract, timeout=timeout)
 
     def announce(self, provider: str, specs: dict[str, Any] | None = None, endpoint: str | None = None) -> dict:
         """Tell the backend this node exists; refused (ApiRefused 403) until the chain registers it."""

@@ -12,8 +12,8 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from httpx import Response
 
-from proofpool.auth.signed_request import sign_request
-from tests.fixtures.backend import MANAGER_KEY, ApiHarness
+from proofpool.auth.signed_request import Audience, Deployment, sign_request
+from tests.fixtures.backend import API_POOL_CONTRACT, CHAIN_ID, MANAGER_KEY, TEST_AUDIENCE, ApiHarness, api_redis_url
 
 MANAGER = Account.from_key(MANAGER_KEY)
 HEARTBEAT = "/v1/heartbeat"
@@ -34,30 +34,30 @@ def send(api: ApiHarness, method: str, path: str, body: bytes, headers: dict[str
 
 
 def bad_signature(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(node, "POST", HEARTBEAT, b"{}")
+    headers = sign_request(node, TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
     headers["X-Signature"] = "0x" + "00" * 65
     return send(api, "POST", HEARTBEAT, b"{}", headers)
 
 
 def non_hex_signature(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(node, "POST", HEARTBEAT, b"{}")
+    headers = sign_request(node, TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
     headers["X-Signature"] = "0xnothex"
     return send(api, "POST", HEARTBEAT, b"{}", headers)
 
 
 def wrong_address(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(Account.create(), "POST", HEARTBEAT, b"{}")
+    headers = sign_request(Account.create(), TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
     headers["X-Address"] = node.address
     return send(api, "POST", HEARTBEAT, b"{}", headers)
 
 
 def tampered_body(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(node, "POST", HEARTBEAT, b"{}")
+    headers = sign_request(node, TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
     return send(api, "POST", HEARTBEAT, b'{"pool_id": 1}', headers)
 
 
 def other_path(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(node, "PUT", "/v1/nodes", b"{}")
+    headers = sign_request(node, TEST_AUDIENCE, "PUT", "/v1/nodes", b"{}")
     return send(api, "POST", HEARTBEAT, b"{}", headers)
 
 
@@ -69,14 +69,36 @@ def future_timestamp(api: ApiHarness, node: LocalAccount) -> Response:
     return api.signed(node, "POST", HEARTBEAT, {}, now=time.time() + api.settings.signature_max_skew + 60)
 
 
+def sent_to_another_host(api: ApiHarness, node: LocalAccount) -> Response:
+    """Signed for this backend, sent with the Host of another one (a proxy or a replayer's choice)."""
+    headers = sign_request(node, TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
+    return send(api, "POST", HEARTBEAT, b"{}", {**headers, "Host": "other-backend.example:8000"})
+
+
+def signed_for_another_host(api: ApiHarness, node: LocalAccount) -> Response:
+    """Signed for another host of the same deployment, replayed here."""
+    other = Audience(TEST_AUDIENCE.deployment, "other-backend.example:8000")
+    return send(api, "POST", HEARTBEAT, b"{}", sign_request(node, other, "POST", HEARTBEAT, b"{}"))
+
+
+def signed_for_another_chain(api: ApiHarness, node: LocalAccount) -> Response:
+    other = Audience(Deployment(CHAIN_ID + 1, API_POOL_CONTRACT), TEST_AUDIENCE.host)
+    return send(api, "POST", HEARTBEAT, b"{}", sign_request(node, other, "POST", HEARTBEAT, b"{}"))
+
+
+def signed_for_another_pool_contract(api: ApiHarness, node: LocalAccount) -> Response:
+    other = Audience(Deployment(CHAIN_ID, "0x" + "ef" * 20), TEST_AUDIENCE.host)
+    return send(api, "POST", HEARTBEAT, b"{}", sign_request(node, other, "POST", HEARTBEAT, b"{}"))
+
+
 def replayed_nonce(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(node, "POST", HEARTBEAT, b"{}")
+    headers = sign_request(node, TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
     assert send(api, "POST", HEARTBEAT, b"{}", headers).status_code == 200
     return send(api, "POST", HEARTBEAT, b"{}", headers)
 
 
 def missing_headers(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(node, "POST", HEARTBEAT, b"{}")
+    headers = sign_request(node, TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
     del headers["X-Nonce"]
     return send(api, "POST", HEARTBEAT, b"{}", headers)
 
@@ -86,7 +108,7 @@ def no_headers(api: ApiHarness, node: LocalAccount) -> Response:
 
 
 def malformed_address_header(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(node, "POST", HEARTBEAT, b"{}")
+    headers = sign_request(node, TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
     headers["X-Address"] = "0x1234"
     return send(api, "POST", HEARTBEAT, b"{}", headers)
 
@@ -146,7 +168,7 @@ def huge_body(api: ApiHarness, node: LocalAccount) -> Response:
 
 
 def huge_declared_length(api: ApiHarness, node: LocalAccount) -> Response:
-    headers = sign_request(node, "POST", HEARTBEAT, b"{}")
+    headers = sign_request(node, TEST_AUDIENCE, "POST", HEARTBEAT, b"{}")
     headers["Content-Length"] = str(10**12)
     return send(api, "POST", HEARTBEAT, b"{}", headers)
 
@@ -170,7 +192,11 @@ CASES: list[tuple[Callable[[ApiHarness, LocalAccount], Response], int, str]] = [
     (tampered_body, 401, "address_mismatch"),
     (other_path, 401, "address_mismatch"),
     (stale_timestamp, 401, "stale_timestamp"),
-    (future_timestamp, 401, "stale_timestamp"),
+    (future_timestamp, 401, "future_timestamp"),
+    (sent_to_another_host, 401, "wrong_host"),
+    (signed_for_another_host, 401, "address_mismatch"),
+    (signed_for_another_chain, 401, "address_mismatch"),
+    (signed_for_another_pool_contract, 401, "address_mismatch"),
     (replayed_nonce, 401, "replayed_nonce"),
     (missing_headers, 401, "missing_header"),
     (no_headers, 401, "missing_header"),
@@ -228,10 +254,12 @@ print(json.dumps([reply.status_code, reply.json()["error"]]))
 
 def test_deeply_nested_json_is_a_400_not_a_crashed_process() -> None:
     """Run in a child: without the recursion guard the parser overflows the C stack (SIGSEGV)."""
+    import os
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", DEEP_JSON_PROBE], capture_output=True, text=True, timeout=120)
+    env = {**os.environ, "REDIS_URL": api_redis_url(), "PROOFPOOL_METRICS_ADDRESS": ""}
+    done = subprocess.run([sys.executable, "-c", DEEP_JSON_PROBE], capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     status, error = json.loads(done.stdout.strip().splitlines()[-1])
     assert (status, error) == (400, "http_error")

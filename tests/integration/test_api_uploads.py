@@ -23,12 +23,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from redis import Redis
 from schemathesis import GenerationMode
-from schemathesis.checks import not_a_server_error, response_schema_conformance
+from schemathesis.checks import (
+    content_type_conformance,
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+)
 
 from proofpool.auth.signed_request import sign_request
 from proofpool.config import Settings, get_settings
 from proofpool.storage import ROLLOUT_CONTENT_TYPE, ObjectStore, put_presigned, rollout_key
 from proofpool.storage.seaweed import SeaweedProcess
+from tests.fixtures.backend import TEST_AUDIENCE, empty_redis, signing_settings
 from tests.fixtures.postgres import migrated_database
 
 UPLOADS_REDIS_DB = 13
@@ -55,6 +61,7 @@ def uploads_settings(uploads_database_url: str, seaweed: SeaweedProcess) -> Sett
         upload_max_bytes=MAX_BYTES,
         upload_rate_per_minute=RATE,
         db_pool_max=2,
+        **signing_settings(),
     )
     return seaweed.settings(base)
 
@@ -77,7 +84,7 @@ class Uploads:
 
     def request(self, signer: LocalAccount, body: Any, *, headers: dict[str, str] | None = None) -> httpx.Response:
         raw = body if isinstance(body, bytes) else json.dumps(body).encode()
-        signed = {**sign_request(signer, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
+        signed = {**sign_request(signer, TEST_AUDIENCE, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
         return self.client.post("/v1/uploads", content=raw, headers={**signed, **(headers or {})})
 
     def ask(self, signer: LocalAccount, pool_id: int = POOL, sha: str = FILE_SHA, size: int = len(FILE)):
@@ -104,7 +111,7 @@ def uploads(
     client: TestClient, uploads_database_url: str, uploads_settings: Settings, object_store: ObjectStore
 ) -> Iterator[Uploads]:
     redis = Redis.from_url(uploads_settings.redis_url)
-    redis.flushdb()
+    empty_redis(redis)
     redis.close()
     with psycopg.connect(uploads_database_url, autocommit=True) as conn:
         conn.execute("DELETE FROM memberships")
@@ -269,7 +276,7 @@ def test_rate_limit_is_429_with_retry_after(uploads: Uploads, node: LocalAccount
 def test_bad_signature_is_401(uploads: Uploads, node: LocalAccount) -> None:
     uploads.add_member(POOL, node.address)
     raw = json.dumps({"pool_id": POOL, "sha256": FILE_SHA, "size": len(FILE)}).encode()
-    headers = {**sign_request(node, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
+    headers = {**sign_request(node, TEST_AUDIENCE, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
     signature = bytearray.fromhex(headers["X-Signature"][2:])
     signature[10] ^= 0xFF
     tampered = {**headers, "X-Signature": "0x" + signature.hex()}
@@ -281,7 +288,7 @@ def test_bad_signature_is_401(uploads: Uploads, node: LocalAccount) -> None:
 def test_body_changed_after_signing_is_401(uploads: Uploads, node: LocalAccount) -> None:
     uploads.add_member(POOL, node.address)
     raw = json.dumps({"pool_id": POOL, "sha256": FILE_SHA, "size": len(FILE)}).encode()
-    headers = {**sign_request(node, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
+    headers = {**sign_request(node, TEST_AUDIENCE, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
     bigger = raw.replace(str(len(FILE)).encode(), str(MAX_BYTES).encode())
     _assert_refused(uploads.client.post("/v1/uploads", content=bigger, headers=headers), 401, "address_mismatch")
 
@@ -301,7 +308,7 @@ def test_unsigned_and_stale_requests_are_401(uploads: Uploads, node: LocalAccoun
     unsigned = uploads.client.post("/v1/uploads", content=raw, headers={"Content-Type": "application/json"})
     _assert_refused(unsigned, 401, "missing_header")
     stale = {
-        **sign_request(node, "POST", "/v1/uploads", raw, now=time.time() - 3600),
+        **sign_request(node, TEST_AUDIENCE, "POST", "/v1/uploads", raw, now=time.time() - 3600),
         "Content-Type": "application/json",
     }
     _assert_refused(uploads.client.post("/v1/uploads", content=raw, headers=stale), 401, "stale_timestamp")
@@ -310,7 +317,7 @@ def test_unsigned_and_stale_requests_are_401(uploads: Uploads, node: LocalAccoun
 def test_replayed_request_is_401(uploads: Uploads, node: LocalAccount) -> None:
     uploads.add_member(POOL, node.address)
     raw = json.dumps({"pool_id": POOL, "sha256": FILE_SHA, "size": 10}).encode()
-    headers = {**sign_request(node, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
+    headers = {**sign_request(node, TEST_AUDIENCE, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
     assert uploads.client.post("/v1/uploads", content=raw, headers=headers).status_code == 200
     _assert_refused(uploads.client.post("/v1/uploads", content=raw, headers=headers), 401, "replayed_nonce")
 
@@ -345,7 +352,8 @@ def test_fuzzed_bodies_never_get_a_server_error(uploads: Uploads, node: LocalAcc
         ok = 200 <= response.status_code < 300
         assert response.status_code < 500, response.text
         assert ok or response.json()["error"], response.text
-        case.validate_response(response, checks=[not_a_server_error, *([response_schema_conformance] if ok else [])])
+        checks = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+        case.validate_response(response, checks=checks)
 
     try:
         fuzz()

@@ -16,6 +16,7 @@ from backend.indexer.rebuild import rebuild_projections
 from proofpool import db
 from proofpool.chain.events import EventDecoder
 from proofpool.config import REPO_ROOT, get_settings
+from proofpool.served import ServedPools
 from tests.fixtures.indexer import (
     PROJECTIONS,
     assert_projections_match_views,
@@ -173,3 +174,22 @@ def test_cli_names_a_missing_database(command):
     message = " ".join(done.stderr.split())  # rich wraps long lines
     assert done.returncode == 1
     assert "does not exist: run `proofpool db upgrade`" in message and "Traceback" not in message
+
+
+@pytest.mark.parametrize(
+    "served, dispatched",
+    [
+        (ServedPools(pool_ids=frozenset({999})), False),
+        (ServedPools(managers=frozenset({"0x70997970C51812dc3A010C7d01b50e0d17dc79C8"})), True),
+        (ServedPools(pool_ids=frozenset({1})), True),
+    ],
+    ids=["other-pool", "by-manager", "by-id"],
+)
+def test_only_served_pools_get_validation_tasks(loop_world, clean_database, served, dispatched):
+    """Every submission is indexed; only those of served pools are queued for validators (the
+    chain loop's pool 1 is managed by anvil account 1)."""
+    assert loop_world.cast.manager.address == "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
+    make_indexer(loop_world.w3, loop_world.book, clean_database, served=served).run(once=True)
+    submitted = sorted(submitted_keys(clean_database))
+    assert len(submitted) == 2 and loop_world.loop.pool_id == 1
+    assert sorted(outbox_keys(clean_database)) == (submitted if dispatched else [])

@@ -337,3 +337,18 @@ def test_when_every_source_fails_the_stores_error_is_raised_and_nothing_is_left_
     with pytest.raises(SourceError) as unavailable:  # a ServiceUnavailable: the caller retries later
         fetch_checkpoint(picker((), down), hashlib.sha256(raw).digest(), tmp_path / "other")
     assert isinstance(unavailable.value, ServiceUnavailable)
+
+
+def test_a_checkpoint_over_the_size_limit_is_refused_before_any_file_is_fetched(tmp_path):
+    """A pool's manager writes the manifest: one declaring more than this process downloads (here
+    12,004 bytes against 12,003) is refused on the manifest alone; at the limit it is fetched."""
+    files, raw = memory_checkpoint(FILES)
+    store = MemorySource("s3://b/p/", files)
+    total = sum(len(body) for body in FILES.values())
+    with pytest.raises(CheckpointError) as too_large:
+        fetch_checkpoint(picker((), store), hashlib.sha256(raw).digest(), tmp_path, max_bytes=total - 1)
+    assert too_large.value.reason is Reason.CHECKPOINT_TOO_LARGE
+    assert f"{total} bytes in all, over the limit of {total - 1}" in str(too_large.value)
+    assert store.requests == []
+    path = fetch_checkpoint(picker((), store), hashlib.sha256(raw).digest(), tmp_path, max_bytes=total)
+    assert (path / "a.safetensors").read_bytes() == FILES["a.safetensors"]

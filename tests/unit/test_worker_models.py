@@ -86,11 +86,14 @@ def test_a_verified_checkpoint_is_resolved_once(chain_has, monkeypatch: pytest.M
     chain_has({1: GOOD})
     calls = []
 
-    def fetch(_store: object, uri: str, expected: bytes, cache_dir: Path, *, relays: tuple[str, ...]) -> Path:
-        calls.append((uri, expected, relays))
+    def fetch(
+        _store: object, uri: str, expected: bytes, cache_dir: Path, *, relays: tuple[str, ...], max_bytes: int
+    ) -> Path:
+        calls.append((uri, expected, relays, max_bytes))
         return Path("/cache/checkpoints") / expected.hex()
 
     monkeypatch.setattr(models, "ensure_checkpoint", fetch)
     r = resolver(relays=("http://10.0.0.5:8790",))
     assert r.resolve(assignment(1, GOOD)) == r.resolve(assignment(1, GOOD)) == Path("/cache/checkpoints") / GOOD.hex()
-    assert calls == [("s3://b/pools/1/checkpoints/1/", GOOD, ("http://10.0.0.5:8790",))]  # through the relays
+    # through the relays, and capped at the configured checkpoint size
+    assert calls == [("s3://b/pools/1/checkpoints/1/", GOOD, ("http://10.0.0.5:8790",), 64 * 1024**3)]
