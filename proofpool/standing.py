@@ -29,7 +29,11 @@ class ChainStanding:
     """Unix time from which `unbonding` may be withdrawn; 0 when nothing unbonds."""
     unbonding_matures_at_utc: str | None
     unbonding_withdrawable: bool
-    """True when the unbonding stake has matured (as of the latest block's time)."""
+    """True when the unbonding stake has matured (as of the latest block's time) and no submission
+    of the provider's nodes is open (`open_work`)."""
+    open_work: int
+    """Submissions of its nodes still Pending or Accepted and not finalized: while any is open, the
+    stake stays bonded (`withdraw` refuses)."""
     compute_units: int
     wallet: int
     withdrawable_rewards: int
@@ -104,6 +108,7 @@ PENDING_STATUSES = ("pending", "accepted")
 def read_chain_standing(client: ChainClient, provider: str) -> ChainStanding:
     """The provider's stake, unbonding, wallet and withdrawable rewards, read from the contracts."""
     unbonding, matures_at = client.stake_manager.unbonding(provider)
+    open_work = client.pool.open_work(provider)
     latest = client.w3.eth.get_block("latest")
     return ChainStanding(
         provider=provider,
@@ -113,7 +118,8 @@ def read_chain_standing(client: ChainClient, provider: str) -> ChainStanding:
         unbonding=unbonding,
         unbonding_matures_at=matures_at,
         unbonding_matures_at_utc=utc_time(matures_at) if unbonding else None,
-        unbonding_withdrawable=unbonding > 0 and matures_at <= latest["timestamp"],
+        unbonding_withdrawable=unbonding > 0 and matures_at <= latest["timestamp"] and open_work == 0,
+        open_work=open_work,
         compute_units=client.registry.provider_compute_units(provider),
         wallet=client.token.balance_of(provider),
         withdrawable_rewards=client.pool.reward_balance(provider),

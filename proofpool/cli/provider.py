@@ -349,12 +349,17 @@ def render_chain(chain: ChainStanding) -> Group:
     if chain.unbonding:
         when = "withdrawable now" if chain.unbonding_withdrawable else "withdrawable from"
         unbonding += f", {when} {chain.unbonding_matures_at_utc} (unix {chain.unbonding_matures_at})"
+        if chain.open_work:
+            unbonding += " once no submission is open"
     claim = " (`provider claim` pays them out)" if chain.withdrawable_rewards else ""
     rows = {
         "registered": _yes(chain.registered),
         "active stake": _pool(chain.active_stake),
         "required stake": _pool(chain.required_stake),
         "unbonding": unbonding,
+        "open submissions": f"{chain.open_work} (pending or in their dispute window; `provider finalize` settles)"
+        if chain.open_work
+        else "0",
         "compute units": str(chain.compute_units),
         "wallet": _pool(chain.wallet),
         "withdrawable rewards": _pool(chain.withdrawable_rewards) + claim,

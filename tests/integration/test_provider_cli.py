@@ -164,6 +164,7 @@ def test_status_joins_chain_figures_and_the_ledger_for_alice(cli, market):
     assert status["compute_units"] == 4
     assert status["unbonding"] == 0 and status["unbonding_matures_at_utc"] is None
     assert status["unbonding_withdrawable"] is False
+    assert status["open_work"] == chain.pool.open_work(alice) == 2  # one pending, one accepted in `market.pool_id`
     assert status["wallet"] == chain.token.balance_of(alice)
     assert status["withdrawable_rewards"] == chain.pool.reward_balance(alice) == 300 * REWARD_PER_UNIT
     assert status["block_number"] == market.world.w3.eth.block_number
