@@ -39,6 +39,7 @@ from proofpool.checkpoint.sources import MANIFEST_HINT_HEADER, relay_client
 from proofpool.model.build import init_model
 from proofpool.storage import ObjectStore
 from proofpool.storage.seaweed import SeaweedProcess
+from tests.fixtures.backend import serve_app
 
 POOL, VERSION = 7, 1
 SHARD = 40_000
@@ -80,22 +81,8 @@ def published(object_store: ObjectStore, model_dir: Path, tmp_path_factory: pyte
 @contextmanager
 def serve(relay: Relay) -> Iterator[str]:
     """The relay's app under uvicorn on a free loopback port, in a thread; yields its base URL."""
-    import uvicorn
-
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(create_relay_app(relay), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="relay-uvicorn", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start the relay")
-        time.sleep(0.02)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_app(create_relay_app(relay), free_port()) as url:
+        yield url
 
 
 @pytest.fixture

@@ -80,13 +80,18 @@ def test_provider_and_pool_commands_walk_the_join_flow(cli, tmp_path):
     assert early.name == "StakeManagerUnbondingNotMatured"
 
 
-def test_a_node_signature_is_refused_after_its_deadline(cli, anvil):
+def _staked_provider(cli) -> tuple[str, str]:
+    """Contracts deployed; the provider registered with 200 POOL staked. (provider, node) addresses."""
     provider = Account.from_key(PROVIDER).address
-    node = Account.from_key(NODE).address
     cli("contracts", "deploy", "--key", ADMIN)
     cli("contracts", "mint", provider, "1000", "--key", ADMIN)
     cli("provider", "register", "--key", PROVIDER)
     cli("provider", "stake", "200", "--key", PROVIDER)
+    return provider, Account.from_key(NODE).address
+
+
+def test_a_node_signature_is_refused_after_its_deadline(cli, anvil):
+    provider, node = _staked_provider(cli)
     proof = json.loads(cli("provider", "sign-node", "--node-key", NODE, "--provider", provider, "--ttl", "60").output)
     anvil.rpc("evm_increaseTime", [61])
     anvil.rpc("evm_mine")
@@ -100,12 +105,7 @@ def test_a_node_signature_is_refused_after_its_deadline(cli, anvil):
 
 
 def test_reused_invite_is_refused_by_name(cli, tmp_path):
-    provider = Account.from_key(PROVIDER).address
-    node = Account.from_key(NODE).address
-    cli("contracts", "deploy", "--key", ADMIN)
-    cli("contracts", "mint", provider, "1000", "--key", ADMIN)
-    cli("provider", "register", "--key", PROVIDER)
-    cli("provider", "stake", "200", "--key", PROVIDER)
+    _, node = _staked_provider(cli)
     cli("provider", "add-node", "--node-key", NODE, "--key", PROVIDER)
     cli("pool", "create", "--start", "--key", ADMIN)
     cli("provider", "approve-pool", "1", "--max-slash", "200", "--key", PROVIDER)

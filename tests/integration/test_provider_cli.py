@@ -23,6 +23,7 @@ from proofpool.chain.signing import sign_invite
 from proofpool.chain.units import TOKEN
 from proofpool.cli.main import app
 from proofpool.config import get_settings
+from proofpool.devnet.market import devnet_pool_params
 from proofpool.devnet.services import http_ok, spawn_cli, wait_until
 from proofpool.errors import ConfigError, ProofpoolError
 from tests.fixtures.indexer import LoopWorld, indexer_env, make_indexer
@@ -305,17 +306,7 @@ def test_approve_pool_commits_at_most_the_chosen_stake_and_can_only_be_raised(
     env = {KEY_PASSWORD_ENV: PASSWORD}
     cast = market.world.cast
     admin = ChainClient.build(market.world.w3, market.world.book, cast.admin)
-    params = PoolParams(
-        manager=cast.manager.address,
-        treasury=cast.treasury.address,
-        model_uri="devnet://approve",
-        reward_per_unit=1,
-        validator_fee=1,
-        slash_amount=50 * TOKEN,
-        dispute_window=DISPUTE_WINDOW,
-        validator_slash_share_bps=5_000,
-    )
-    pool_id, _ = admin.pool.create_pool(params)
+    pool_id, _ = admin.pool.create_pool(devnet_pool_params(cast, DISPUTE_WINDOW))  # slashes 50 POOL
 
     below = cli("provider", "approve-pool", str(pool_id), "--max-slash", "49", *key, env=env, fails=ProofpoolError)
     assert str(below) == f"pool {pool_id} slashes 50 POOL per invalid submission; --max-slash 49 is below it"
