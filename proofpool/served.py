@@ -9,7 +9,7 @@ on the devnet chain only; anywhere else that is a configuration error, said at s
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from eth_utils import to_checksum_address
@@ -41,10 +41,15 @@ class ServedPools:
             "are permissionless, and serving every pool lets anyone make this process download theirs"
         )
 
-    def allows(self, pool_id: int, manager: str | None) -> bool:
-        """Whether pool `pool_id`, managed by `manager` (None when not known yet), is served."""
+    def allows(self, pool_id: int, manager_of: Callable[[int], str | None]) -> bool:
+        """Whether pool `pool_id` is served. `manager_of` gives a pool's manager (None when not known
+        yet); it is asked only when the pool id alone does not decide, so a validator judging a pool
+        served by id (or on the devnet) makes no lookup."""
         if self.everything or pool_id in self.pool_ids:
             return True
+        if not self.managers:
+            return False
+        manager = manager_of(pool_id)
         return manager is not None and to_checksum_address(manager) in self.managers
 
     def describe(self) -> str:

@@ -102,7 +102,7 @@ def warm_up(res: Resources) -> None:
     pools = res.client.pool
     for pool_id in range(1, pools.pool_count() + 1):
         info = pools.get_pool(pool_id)
-        if info.status is not PoolStatus.ACTIVE or not res.served.allows(pool_id, info.manager):
+        if info.status is not PoolStatus.ACTIVE or not res.served.allows(pool_id, {pool_id: info.manager}.get):
             continue
         version = pools.latest_checkpoint(pool_id).version
         try:

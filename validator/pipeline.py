@@ -92,7 +92,7 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
         sub = get_submission(conn, pool_id, work_key)
         if sub.status != "pending":
             return Result(Outcome.ALREADY_JUDGED)
-        if not res.served.allows(pool_id, pool_manager(conn, pool_id)):
+        if not res.served.allows(pool_id, lambda pool: pool_manager(conn, pool)):
             log.info("pool not served here", extra=context)
             return Result(Outcome.NOT_SERVED)
         if res.address in (sub.node, sub.provider):

@@ -301,7 +301,7 @@ class Indexer:
         pools = sorted({int(task.args[0]) for task in tasks})
         rows = conn.execute("SELECT pool_id, manager FROM pools WHERE pool_id = ANY(%s)", (pools,)).fetchall()
         managers = {int(pool_id): manager for pool_id, manager in rows}
-        kept = [task for task in tasks if served.allows(int(task.args[0]), managers.get(int(task.args[0])))]
+        kept = [task for task in tasks if served.allows(int(task.args[0]), managers.get)]
         if len(kept) < len(tasks):
             log.debug("submissions of pools not served: no validation task", extra={"skipped": len(tasks) - len(kept)})
         return kept
