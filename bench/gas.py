@@ -22,6 +22,7 @@ from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
 from proofpool.chain.anvil import ANVIL_KEYS, start_anvil
+from proofpool.chain.bindings import NO_EVIDENCE
 from proofpool.chain.artifacts import load_artifact
 from proofpool.chain.deploy import TOKEN, AddressBook, DeployParams, deploy_contracts, grant_role
 from proofpool.chain.rpc import connect
@@ -98,9 +99,10 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     )
     bench.send("provider2", registry.functions.addNode(node2.address, 1, b"\x22" * 32, deadline, proof.signature))
 
-    # (manager, treasury, modelUri, rewardPerUnit, validatorFee, slashAmount, disputeWindow, bps)
+    # (manager, treasury, modelUri, rewardPerUnit, validatorFee, slashAmount, disputeWindow, bps,
+    #  challengeWindow, contestQuorum)
     params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10)
-    params += (200 * TOKEN, DISPUTE_WINDOW, 2_000)
+    params += (200 * TOKEN, DISPUTE_WINDOW, 2_000, 0, 1)
     bench.record("createPool", bench.send("creator", pool.functions.createPool(params)))
     bench.record("fundPool", bench.send("creator", pool.functions.fundPool(1, 1_000_000 * TOKEN)))
     bench.record("startPool", bench.send("creator", pool.functions.startPool(1)))
@@ -124,13 +126,13 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     start = 0
     for size in BATCHES:
         keys = [_work_key(i) for i in range(start, start + size)]
-        bench.record("attestWork", bench.send("validator", pool.functions.attestWork(1, keys)), size)
+        bench.record("attestWork", bench.send("validator", pool.functions.attestWork(1, keys, NO_EVIDENCE)), size)
         start += size
 
     bad_key = Web3.keccak(text="forged-rollout")
     bench.send("node2", pool.functions.submitWork(1, node2.address, bad_key, 4096, 1))
     reason = b"toploc_mismatch".ljust(32, b"\x00")
-    bench.record("invalidateWork", bench.send("validator", pool.functions.invalidateWork(1, bad_key, reason)))
+    bench.record("invalidateWork", bench.send("validator", pool.functions.invalidateWork(1, bad_key, reason, NO_EVIDENCE)))
 
     bench.increase_time(DISPUTE_WINDOW)
     start = 0

@@ -34,7 +34,7 @@ if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from proofpool.chain.anvil import ANVIL_KEYS
-from proofpool.chain.bindings import PoolParams
+from proofpool.chain.bindings import NO_EVIDENCE, PoolParams
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import AddressBook, deploy_contracts, grant_validator
 from proofpool.chain.signing import sign_invite
@@ -139,7 +139,7 @@ class Market:
         """Attest `keys` in batches of 128 (one WorkAttested per key)."""
         pool = self._contract()
         calls = [
-            pool.functions.attestWork(self.pool_id, keys[i : i + ATTEST_BATCH])
+            pool.functions.attestWork(self.pool_id, keys[i : i + ATTEST_BATCH], NO_EVIDENCE)
             for i in range(0, len(keys), ATTEST_BATCH)
         ]
         self._send_bulk(self.validator, calls, per_block, gas=1_500_000)

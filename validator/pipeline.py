@@ -35,6 +35,7 @@ from proofpool.errors import ProofpoolError
 from proofpool.storage import rollout_key
 from proofpool.storage.s3 import ObjectNotFound, ObjectTooLarge
 from validator import store
+from validator.evidence import evidence_document, publish_evidence
 from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from validator.checks.verdict import reject
 from validator.resources import Resources
@@ -113,15 +114,12 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
     verdict = judge(res, sub, selected, assignment, issued)
     with res.connection() as conn:
         verdict = first_of_its_batch(conn, sub, verdict)
-        store.record_decision(
-            conn,
-            pool_id,
-            work_key,
-            res.address,
-            "accepted" if verdict.accepted else "invalid",
-            verdict.reason,
-            {**verdict.evidence, "recomputed": selected, "rows": verdict.rows, "checked_rows": verdict.checked_rows},
-        )
+        kind = "accepted" if verdict.accepted else "invalid"
+        evidence = {**verdict.evidence, "recomputed": selected, "rows": verdict.rows, "checked_rows": verdict.checked_rows}
+        document = evidence_document(pool_id, work_key, res.address, kind, verdict.reason, evidence)
+        # Stored before the verdict is recorded: no verdict is ever sent without its evidence.
+        digest = publish_evidence(res.store, pool_id, work_key, res.address, document)
+        store.record_decision(conn, pool_id, work_key, res.address, kind, verdict.reason, evidence, digest)
     seconds = time.monotonic() - started
     log.info(
         "decided %s%s",

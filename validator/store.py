@@ -70,6 +70,21 @@ class DueRow:
     reason: str | None
     decided_at: datetime
     attempts: int
+    evidence_sha256: bytes | None = None
+    """sha256 of the verdict's evidence document (None for rows decided before evidence was kept)."""
+
+    @property
+    def key(self) -> Key:
+        return Key(self.pool_id, self.work_key)
+
+
+@dataclass(frozen=True)
+class SentRejection:
+    """An invalid verdict of ours that is on-chain but whose rejection has not been seen settled."""
+
+    pool_id: int
+    work_key: bytes
+    reason: str
 
     @property
     def key(self) -> Key:
@@ -137,14 +152,24 @@ CLAIMED_ELSEWHERE = """
 RECORD_DECISION = """
     UPDATE validations
        SET state = 'decided', verdict = %(verdict)s, reason = %(reason)s, evidence = %(evidence)s,
-           decided_at = now()
+           evidence_sha256 = %(evidence_sha256)s, decided_at = now()
      WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s AND validator = %(validator)s
        AND state = 'claimed'"""
 
 WAITING = """
-    SELECT pool_id, work_key, verdict, reason, decided_at, attempts FROM validations
+    SELECT pool_id, work_key, verdict, reason, decided_at, attempts, evidence_sha256 FROM validations
      WHERE validator = %(validator)s AND state = 'decided' AND verdict = %(verdict)s
      ORDER BY pool_id, decided_at, work_key"""
+
+UNSETTLED = """
+    SELECT pool_id, work_key, reason FROM validations
+     WHERE validator = %(validator)s AND state = 'sent' AND verdict = 'invalid' AND settled_at IS NULL
+     ORDER BY sent_at, pool_id, work_key
+     LIMIT %(limit)s"""
+
+MARK_SETTLED = """
+    UPDATE validations SET settled_at = now(), note = concat_ws('; ', note, %(note)s::text)
+     WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s AND state = 'sent' AND settled_at IS NULL"""
 
 DB_NOW = "SELECT clock_timestamp()"
 
@@ -239,6 +264,7 @@ def record_decision(
     verdict: VerdictKind,
     reason: str | None,
     evidence: Mapping[str, Any],
+    evidence_sha256: bytes | None = None,
 ) -> bool:
     """Record `validator`'s verdict on its claimed row; True when the row now holds this verdict.
 
@@ -257,7 +283,8 @@ def record_decision(
     validator = to_checksum_address(validator)
     key = {"pool_id": pool_id, "work_key": work_key, "validator": validator}
     updated = conn.execute(
-        RECORD_DECISION, {**key, "verdict": verdict, "reason": reason, "evidence": Jsonb(dict(evidence))}
+        RECORD_DECISION,
+        {**key, "verdict": verdict, "reason": reason, "evidence": Jsonb(dict(evidence)), "evidence_sha256": evidence_sha256},
     ).rowcount
     if updated == 1:
         return True
@@ -344,6 +371,18 @@ def record_send_error(conn: Connection, keys: Sequence[Key], error: str) -> int:
     if not keys:
         return 0
     return conn.execute(RECORD_SEND_ERROR, {**_key_arrays(keys), "error": error[:ERROR_TEXT_LIMIT]}).rowcount
+
+
+def unsettled_rejections(conn: Connection, validator: str, *, limit: int = 64) -> list[SentRejection]:
+    """`validator`'s sent invalid verdicts whose on-chain outcome it has not seen yet, oldest first:
+    a rejection waiting for its challenge window, or one executed or overturned since."""
+    with conn.cursor(row_factory=class_row(SentRejection)) as cur:
+        return cur.execute(UNSETTLED, {"validator": to_checksum_address(validator), "limit": limit}).fetchall()
+
+
+def mark_settled(conn: Connection, key: Key, note: str) -> bool:
+    """Record that a sent rejection's outcome is final on-chain (`note` says which)."""
+    return conn.execute(MARK_SETTLED, {"pool_id": key.pool_id, "work_key": key.work_key, "note": note}).rowcount == 1
 
 
 def validator_counts(conn: Connection, validator: str) -> ValidatorCounts:

@@ -2,10 +2,13 @@
 
 Validation tasks only record verdicts (`validator.store`); this flush turns them into
 transactions: each invalid key one `invalidateWork` at once, accepted keys one `attestWork`
-per pool and batch. It reads every key's on-chain status before sending, sends only keys that
-are still Pending, and commits each transaction's rows before the next transaction, so after a
-crash the next flush finds what was mined (status no longer Pending) instead of sending twice.
-Exactly one flusher runs per validator key; a PostgreSQL session lock enforces it.
+per pool and batch, each committing to the sha256 of its evidence (`validator.evidence`). It
+reads every key's on-chain status before sending, sends only keys that are still Pending, and
+commits each transaction's rows before the next transaction, so after a crash the next flush
+finds what was mined (status no longer Pending) instead of sending twice. Then it settles this
+key's rejections: one whose pool's challenge window has passed uncontested is executed
+(`executeRejection`: the provider is slashed), one executed or overturned meanwhile is marked
+settled. Exactly one flusher runs per validator key; a PostgreSQL session lock enforces it.
 
 See docs/validator-verdicts.md for the whole argument and every failure case.
 """
@@ -22,12 +25,13 @@ from psycopg import Connection
 from psycopg.pq import TransactionStatus
 from web3.types import TxReceipt
 
-from proofpool.chain.bindings import Work, WorkStatus
+from proofpool.chain.bindings import NO_EVIDENCE, Work, WorkStatus
 from proofpool.chain.client import ChainClient
 from proofpool.chain.errors import ContractRevert, NonceConflict, TxTimeout
 from proofpool.errors import ProofpoolError, ServiceUnavailable
 from validator import store
-from validator.store import DueRow, Key, VerdictKind
+from validator.evidence import batch_evidence_sha256
+from validator.store import DueRow, Key, SentRejection, VerdictKind
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +51,8 @@ MIN_RETRY_SECONDS = 1.0
 _OURS: dict[VerdictKind, frozenset[WorkStatus]] = {
     # An attested key stays ours through finalization (or forfeit: the node was slashed later).
     "accepted": frozenset({WorkStatus.ACCEPTED, WorkStatus.FINALIZED, WorkStatus.FORFEITED}),
-    "invalid": frozenset({WorkStatus.INVALID}),
+    # A rejection waits for its challenge window as Rejected, then becomes Invalid.
+    "invalid": frozenset({WorkStatus.REJECTED, WorkStatus.INVALID}),
 }
 """On-chain statuses that, with our address as the work's validator, mean our verdict landed."""
 
@@ -72,6 +77,10 @@ class FlushResult:
     """Seconds until the next flush has work (None: nothing waits)."""
     recovered: int = 0
     """Keys found on-chain with our own verdict (a transaction mined before a crash): marked sent."""
+    executed: int = 0
+    """Rejections of ours whose challenge window passed, executed by this flush (`executeRejection`)."""
+    overturned: int = 0
+    """Rejections of ours found overturned by a quorum of other validators' contests."""
 
 
 Send = Callable[[Sequence[DueRow]], TxReceipt]
@@ -84,6 +93,7 @@ def flush_verdicts(
     max_batch: int = 32,
     max_wait: float = 5.0,
     now: datetime | None = None,
+    settle_limit: int = 64,
 ) -> FlushResult:
     """Send the due verdicts of `client`'s key (see `store.due_verdicts`) and record the outcome.
 
@@ -108,8 +118,10 @@ def flush_verdicts(
         try:
             for rows, send in work:
                 flush.deliver(rows, send)
+            flush.settle_rejections(settle_limit)
         except TRANSIENT_ERRORS as exc:
-            # The chain is out of reach: every row not handled yet stays decided for the next flush.
+            # The chain is out of reach: every row not handled yet stays decided for the next flush
+            # (an unsettled rejection stays unsettled: the next flush looks at it again).
             rest = [row for rows, _ in work for row in rows if row.key not in flush.handled]
             flush.failed(rest, f"{exc.__class__.__name__}: {exc}")
     finally:
@@ -118,6 +130,8 @@ def flush_verdicts(
                 store.unlock_flusher(conn, me)
 
     next_due_in = due.next_due_in
+    if flush.rejection_due_in is not None:
+        next_due_in = flush.rejection_due_in if next_due_in is None else min(next_due_in, flush.rejection_due_in)
     if flush.counts["failed"]:
         retry = max(max_wait, MIN_RETRY_SECONDS)
         next_due_in = retry if next_due_in is None else min(next_due_in, retry)
@@ -131,18 +145,66 @@ class _Flush:
         self.conn = conn
         self.client = client
         self.me = client.address
-        self.counts = dict.fromkeys(("attested", "invalidated", "superseded", "failed", "recovered"), 0)
+        kinds = ("attested", "invalidated", "superseded", "failed", "recovered", "executed", "overturned")
+        self.counts = dict.fromkeys(kinds, 0)
         self.handled: set[Key] = set()
+        self.rejection_due_in: float | None = None
 
     # --- the two transactions -----------------------------------------------------------------
 
     def invalidate(self, rows: Sequence[DueRow]) -> TxReceipt:
         (row,) = rows
         assert row.reason is not None  # the table's check: an invalid verdict has a reason
-        return self.client.pool.invalidate_work(row.pool_id, row.work_key, row.reason)
+        evidence = row.evidence_sha256 or NO_EVIDENCE
+        return self.client.pool.invalidate_work(row.pool_id, row.work_key, row.reason, evidence)
 
     def attest(self, rows: Sequence[DueRow]) -> TxReceipt:
-        return self.client.pool.attest_work(rows[0].pool_id, [row.work_key for row in rows])
+        evidence = batch_evidence_sha256([row.evidence_sha256 for row in rows])
+        return self.client.pool.attest_work(rows[0].pool_id, [row.work_key for row in rows], evidence)
+
+    # --- rejections after their challenge window ------------------------------------------------
+
+    def settle_rejections(self, limit: int) -> None:
+        """Execute our rejections whose challenge window has passed; mark settled those executed or
+        overturned; note when the next window closes (`rejection_due_in`)."""
+        with self.conn.transaction():
+            rows = store.unsettled_rejections(self.conn, self.me, limit=limit)
+        if not rows:
+            return
+        chain_now = int(self.client.w3.eth.get_block("latest")["timestamp"])
+        for row in rows:
+            work = self.client.pool.get_work(row.pool_id, row.work_key)
+            if work.status is WorkStatus.REJECTED and work.validator == self.me:
+                rejection = self.client.pool.get_rejection(row.pool_id, row.work_key)
+                if rejection is not None and rejection.executable_at > chain_now:
+                    wait = float(rejection.executable_at - chain_now)
+                    self.rejection_due_in = wait if self.rejection_due_in is None else min(self.rejection_due_in, wait)
+                    continue
+                try:
+                    receipt = self.client.pool.execute_rejection(row.pool_id, row.work_key)
+                except ContractRevert as revert:  # executed or overturned by someone else just now
+                    log.info("rejection not executed", extra=_rejection_fields(row, self.me, revert=str(revert)))
+                    work = self.client.pool.get_work(row.pool_id, row.work_key)
+                else:
+                    tx = "0x" + bytes(receipt["transactionHash"]).hex()
+                    self._settled(row, f"executed by this validator in {tx}", "executed")
+                    continue
+            self._settle_seen(row, work)
+
+    def _settle_seen(self, row: SentRejection, work: Work) -> None:
+        if work.status is WorkStatus.REJECTED and work.validator == self.me:
+            return  # still waiting (a transient read); the next flush looks again
+        if work.status is WorkStatus.INVALID and work.validator == self.me:
+            self._settled(row, "executed on-chain", None)
+        else:
+            self._settled(row, f"overturned: on-chain {work.status.name} by {work.validator}", "overturned")
+
+    def _settled(self, row: SentRejection, note: str, kind: str | None) -> None:
+        with self.conn.transaction():
+            store.mark_settled(self.conn, row.key, note)
+        if kind is not None:
+            self.counts[kind] += 1
+            log.info(f"rejection {kind}", extra=_rejection_fields(row, self.me, note=note))
 
     # --- delivery -----------------------------------------------------------------------------
 
@@ -244,6 +306,11 @@ class _Flush:
             "chain refused the verdicts, reading their status again",
             extra=_fields(rows[0], self.me, count=len(rows), revert=str(revert)),
         )
+
+
+def _rejection_fields(row: SentRejection, validator: str, **more: object) -> dict[str, object]:
+    """The `extra=` of a log line about one of our rejections."""
+    return {"pool": row.pool_id, "work_key": "0x" + row.work_key.hex(), "reason": row.reason, "validator": validator, **more}
 
 
 def _fields(row: DueRow, validator: str, **more: object) -> dict[str, object]:

@@ -31,12 +31,17 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
 
     uint256 private constant _BPS = 10_000;
 
+    /// @dev Upper bound of a pool's contest quorum: contesting scans the contesters so far.
+    uint16 private constant _MAX_QUORUM = 32;
+
     struct Pool {
         address creator;
         PoolStatus status;
         uint64 disputeWindow;
         uint16 validatorSlashShareBps;
         address manager;
+        uint64 challengeWindow;
+        uint16 contestQuorum;
         address treasury;
         uint256 rewardPerUnit;
         uint256 validatorFee;
@@ -84,6 +89,14 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         bool approved;
     }
 
+    /// @dev A rejection inside its challenge window: the head a quorum of contests restores, the reason
+    /// the execution reports, and who contested so far. The reporter is the Rejected head's validator.
+    struct Rejection {
+        WorkHead previous;
+        bytes32 reason;
+        address[] contesters;
+    }
+
     /// @dev Pool values a finalizeWork batch reads once and the budget it carries between keys.
     struct Settlement {
         uint256 poolId;
@@ -106,6 +119,9 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     mapping(address account => uint256) private _rewards;
     mapping(uint256 poolId => mapping(address provider => Approval)) private _approvals;
     mapping(address provider => uint256) private _openWorkPlusOne;
+    mapping(uint256 poolId => mapping(bytes32 workKey => Rejection)) private _rejections;
+    uint256 private _minValidatorStake;
+    uint256 private _validatorSlashAmount;
 
     /// @param token_ The reward token (must be the StakeManager's token: slashed stake is paid out here).
     /// @param stakeManager_ The StakeManager; this contract needs its SLASHER_ROLE.
@@ -133,6 +149,7 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         uint64 period = _stakeManager.unbondingPeriod();
         if (params.disputeWindow >= period) revert ComputePoolInvalidDisputeWindow(params.disputeWindow, period);
         if (params.validatorSlashShareBps > _BPS) revert ComputePoolInvalidSlashShare(params.validatorSlashShareBps);
+        _checkChallengeRules(params, period);
 
         poolId = ++_poolCount;
         Pool storage pool = _pools[poolId];
@@ -141,6 +158,8 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         pool.disputeWindow = params.disputeWindow;
         pool.validatorSlashShareBps = params.validatorSlashShareBps;
         pool.manager = params.manager;
+        pool.challengeWindow = params.challengeWindow;
+        pool.contestQuorum = params.contestQuorum;
         pool.treasury = params.treasury;
         pool.rewardPerUnit = params.rewardPerUnit;
         pool.validatorFee = params.validatorFee;
@@ -158,6 +177,7 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
             params.disputeWindow,
             params.validatorSlashShareBps
         );
+        emit PoolChallengeRules(poolId, params.challengeWindow, params.contestQuorum);
     }
 
     /// @inheritdoc IComputePool
@@ -280,12 +300,17 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     }
 
     /// @inheritdoc IComputePool
-    function attestWork(uint256 poolId, bytes32[] calldata workKeys) external onlyRole(VALIDATOR_ROLE) {
+    function attestWork(uint256 poolId, bytes32[] calldata workKeys, bytes32 evidenceHash)
+        external
+        onlyRole(VALIDATOR_ROLE)
+    {
         uint256 count = workKeys.length;
         if (count == 0) revert ComputePoolEmptyBatch(poolId);
         mapping(bytes32 => Work) storage works = _work[poolId];
         mapping(address => Member) storage members = _members[poolId];
         address validator = _msgSender();
+        _checkValidatorStake(validator);
+        emit AttestationEvidence(poolId, validator, evidenceHash, count);
         uint40 now_ = uint40(block.timestamp);
         for (uint256 i = 0; i < count; ++i) {
             bytes32 workKey = workKeys[i];
@@ -303,38 +328,99 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     }
 
     /// @inheritdoc IComputePool
-    function invalidateWork(uint256 poolId, bytes32 workKey, bytes32 reason)
+    function invalidateWork(uint256 poolId, bytes32 workKey, bytes32 reason, bytes32 evidenceHash)
         external
         onlyRole(VALIDATOR_ROLE)
         nonReentrant
     {
         Pool storage pool = _pools[poolId];
         Work storage work = _work[poolId][workKey];
-        WorkHead storage head = work.head;
-        WorkStatus status = head.status;
-        if (status == WorkStatus.Accepted) {
-            uint64 closedAt = uint64(head.statusSince) + pool.disputeWindow;
+        WorkHead memory previous = work.head;
+        if (previous.status == WorkStatus.Accepted) {
+            uint64 closedAt = uint64(previous.statusSince) + pool.disputeWindow;
             if (block.timestamp >= closedAt) revert ComputePoolDisputeWindowClosed(poolId, workKey, closedAt);
-        } else if (status != WorkStatus.Pending) {
-            revert ComputePoolWorkNotDisputable(poolId, workKey, status);
+        } else if (previous.status != WorkStatus.Pending) {
+            revert ComputePoolWorkNotDisputable(poolId, workKey, previous.status);
         }
         address validator = _msgSender();
-        address node = work.body.node;
-        Member storage member = _members[poolId][node];
-        address provider = member.provider;
-        if (validator == node || validator == provider) revert ComputePoolSelfVerdict(poolId, workKey, validator);
-        head.status = WorkStatus.Invalid;
-        head.validator = validator;
-        head.statusSince = uint40(block.timestamp);
-        --_openWorkPlusOne[provider];
-        emit WorkInvalidated(poolId, workKey, node, validator, reason);
-
-        if (member.state != MemberState.Slashed) {
-            member.state = MemberState.Slashed;
-            member.since = uint40(block.timestamp);
-            emit NodeEjected(poolId, node, provider, true);
+        _checkNotOwnWork(poolId, workKey, work.body.node, validator);
+        _checkValidatorStake(validator);
+        uint64 window = pool.challengeWindow;
+        emit WorkRejected(poolId, workKey, validator, reason, evidenceHash, uint64(block.timestamp) + window);
+        if (window == 0) {
+            _invalidate(pool, poolId, workKey, previous, validator, reason);
+            return;
         }
-        _distributeSlash(pool, poolId, workKey, provider, validator);
+        work.head = WorkHead({
+            status: WorkStatus.Rejected,
+            validator: validator,
+            statusSince: uint40(block.timestamp),
+            submittedAt: previous.submittedAt
+        });
+        Rejection storage rejection = _rejections[poolId][workKey];
+        rejection.previous = previous;
+        rejection.reason = reason;
+    }
+
+    /// @inheritdoc IComputePool
+    function contestRejection(uint256 poolId, bytes32 workKey, bytes32 evidenceHash)
+        external
+        onlyRole(VALIDATOR_ROLE)
+        nonReentrant
+    {
+        Work storage work = _work[poolId][workKey];
+        WorkHead memory head = _rejectedHead(poolId, workKey, work);
+        Pool storage pool = _pools[poolId];
+        uint64 closedAt = uint64(head.statusSince) + pool.challengeWindow;
+        if (block.timestamp >= closedAt) revert ComputePoolChallengeWindowClosed(poolId, workKey, closedAt);
+        address validator = _msgSender();
+        if (validator == head.validator) revert ComputePoolSelfVerdict(poolId, workKey, validator);
+        _checkNotOwnWork(poolId, workKey, work.body.node, validator);
+        _checkValidatorStake(validator);
+        Rejection storage rejection = _rejections[poolId][workKey];
+        address[] storage contesters = rejection.contesters;
+        uint256 count = contesters.length;
+        for (uint256 i = 0; i < count; ++i) {
+            if (contesters[i] == validator) revert ComputePoolAlreadyContested(poolId, workKey, validator);
+        }
+        contesters.push(validator);
+        ++count;
+        emit RejectionContested(poolId, workKey, validator, evidenceHash, count);
+        if (count < pool.contestQuorum) return;
+
+        WorkHead memory previous = rejection.previous;
+        address[] memory paid = contesters;
+        delete _rejections[poolId][workKey];
+        work.head = previous;
+        emit RejectionOverturned(poolId, workKey, head.validator, previous.status);
+        _slashValidator(poolId, workKey, head.validator, paid);
+    }
+
+    /// @inheritdoc IComputePool
+    function executeRejection(uint256 poolId, bytes32 workKey) external nonReentrant {
+        Work storage work = _work[poolId][workKey];
+        WorkHead memory head = _rejectedHead(poolId, workKey, work);
+        Pool storage pool = _pools[poolId];
+        uint64 executableAt = uint64(head.statusSince) + pool.challengeWindow;
+        if (block.timestamp < executableAt) revert ComputePoolChallengeWindowOpen(poolId, workKey, executableAt);
+        Rejection storage rejection = _rejections[poolId][workKey];
+        WorkHead memory previous = rejection.previous;
+        bytes32 reason = rejection.reason;
+        delete _rejections[poolId][workKey];
+        _invalidate(pool, poolId, workKey, previous, head.validator, reason);
+    }
+
+    /// @inheritdoc IComputePool
+    function setValidatorStakeParams(uint256 minValidatorStake, uint256 validatorSlashAmount)
+        external
+        onlyRole(DEFAULT_ADMIN_ROLE)
+    {
+        if (validatorSlashAmount > minValidatorStake) {
+            revert ComputePoolInvalidValidatorSlash(minValidatorStake, validatorSlashAmount);
+        }
+        _minValidatorStake = minValidatorStake;
+        _validatorSlashAmount = validatorSlashAmount;
+        emit ValidatorStakeParamsUpdated(minValidatorStake, validatorSlashAmount);
     }
 
     /// @inheritdoc IComputePool
@@ -464,6 +550,41 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     }
 
     /// @inheritdoc IComputePool
+    function challengeRules(uint256 poolId) external view returns (uint64 challengeWindow, uint16 contestQuorum) {
+        Pool storage pool = _pools[poolId];
+        return (pool.challengeWindow, pool.contestQuorum);
+    }
+
+    /// @inheritdoc IComputePool
+    function getRejection(uint256 poolId, bytes32 workKey)
+        external
+        view
+        returns (
+            address validator,
+            bytes32 reason,
+            uint64 executableAt,
+            WorkStatus previous,
+            address[] memory contesters
+        )
+    {
+        WorkHead memory head = _work[poolId][workKey].head;
+        if (head.status != WorkStatus.Rejected) return (address(0), bytes32(0), 0, WorkStatus.None, contesters);
+        Rejection storage rejection = _rejections[poolId][workKey];
+        return (
+            head.validator,
+            rejection.reason,
+            uint64(head.statusSince) + _pools[poolId].challengeWindow,
+            rejection.previous.status,
+            rejection.contesters
+        );
+    }
+
+    /// @inheritdoc IComputePool
+    function validatorStakeParams() external view returns (uint256 minValidatorStake, uint256 validatorSlashAmount) {
+        return (_minValidatorStake, _validatorSlashAmount);
+    }
+
+    /// @inheritdoc IComputePool
     function rewardBalance(address account) external view returns (uint256) {
         return _rewards[account];
     }
@@ -581,6 +702,93 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         if (current.state == MemberState.Active) revert ComputePoolAlreadyMember(poolId, node);
         if (current.provider != address(0) && current.provider != provider) {
             revert ComputePoolProviderMismatch(poolId, node, current.provider, provider);
+        }
+    }
+
+    /// @dev Challenge rules a pool may not be created with: a window that lets a verdict's stake be
+    /// withdrawn before the verdict can be overturned, or a quorum outside 1.._MAX_QUORUM.
+    function _checkChallengeRules(PoolParams calldata params, uint64 period) private pure {
+        uint64 window = params.challengeWindow;
+        uint16 quorum = params.contestQuorum;
+        bool badQuorum = window != 0 && (quorum == 0 || quorum > _MAX_QUORUM);
+        // disputeWindow < period is checked first, so the subtraction cannot underflow.
+        if (badQuorum || window >= period - params.disputeWindow) {
+            revert ComputePoolInvalidChallengeRules(window, quorum, period);
+        }
+    }
+
+    /// @dev Reverts unless `validator` has the minimum validator stake active in the StakeManager.
+    function _checkValidatorStake(address validator) private view {
+        uint256 required = _minValidatorStake;
+        if (required == 0) return;
+        uint256 stake = _stakeManager.activeStake(validator);
+        if (stake < required) revert ComputePoolValidatorUnderstaked(validator, stake, required);
+    }
+
+    /// @dev Reverts when `validator` is the submitting node or its provider.
+    function _checkNotOwnWork(uint256 poolId, bytes32 workKey, address node, address validator) private view {
+        if (validator == node || validator == _members[poolId][node].provider) {
+            revert ComputePoolSelfVerdict(poolId, workKey, validator);
+        }
+    }
+
+    function _rejectedHead(uint256 poolId, bytes32 workKey, Work storage work)
+        private
+        view
+        returns (WorkHead memory head)
+    {
+        head = work.head;
+        if (head.status != WorkStatus.Rejected) revert ComputePoolWorkNotRejected(poolId, workKey, head.status);
+    }
+
+    /// @dev Marks the work Invalid as `reporter`'s verdict, ejects and slashes the node's provider, and
+    /// slashes the attester when `previous` was an attestation.
+    function _invalidate(
+        Pool storage pool,
+        uint256 poolId,
+        bytes32 workKey,
+        WorkHead memory previous,
+        address reporter,
+        bytes32 reason
+    ) private {
+        Work storage work = _work[poolId][workKey];
+        work.head = WorkHead({
+            status: WorkStatus.Invalid,
+            validator: reporter,
+            statusSince: uint40(block.timestamp),
+            submittedAt: previous.submittedAt
+        });
+        address node = work.body.node;
+        Member storage member = _members[poolId][node];
+        address provider = member.provider;
+        --_openWorkPlusOne[provider];
+        emit WorkInvalidated(poolId, workKey, node, reporter, reason);
+
+        if (member.state != MemberState.Slashed) {
+            member.state = MemberState.Slashed;
+            member.since = uint40(block.timestamp);
+            emit NodeEjected(poolId, node, provider, true);
+        }
+        _distributeSlash(pool, poolId, workKey, provider, reporter);
+        if (previous.status == WorkStatus.Accepted) {
+            address[] memory paid = new address[](1);
+            paid[0] = reporter;
+            _slashValidator(poolId, workKey, previous.validator, paid);
+        }
+    }
+
+    /// @dev Takes the validator slash from `validator` and credits it evenly to `paid` (the remainder
+    /// of the division to the first). Nothing happens while the slash amount is 0.
+    function _slashValidator(uint256 poolId, bytes32 workKey, address validator, address[] memory paid) private {
+        uint256 amount = _validatorSlashAmount;
+        if (amount == 0) return;
+        uint256 slashed = _stakeManager.slash(validator, amount);
+        uint256 count = paid.length;
+        uint256 share = slashed / count;
+        for (uint256 i = 0; i < count; ++i) {
+            uint256 credited = i == 0 ? slashed - share * (count - 1) : share;
+            _rewards[paid[i]] += credited;
+            emit ValidatorSlashed(poolId, workKey, validator, paid[i], credited);
         }
     }
 

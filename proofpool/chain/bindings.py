@@ -55,6 +55,7 @@ class WorkStatus(IntEnum):
     INVALID = 3
     FINALIZED = 4
     FORFEITED = 5
+    REJECTED = 6
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class PoolParams:
     slash_amount: int
     dispute_window: int
     validator_slash_share_bps: int
+    challenge_window: int = 0
+    """Seconds a rejection waits for contests before it slashes (0: it slashes at once)."""
+    contest_quorum: int = 1
+    """Contests by other validators that overturn a rejection (ignored when `challenge_window` is 0)."""
 
     def as_tuple(self) -> tuple:
         return (
@@ -80,6 +85,8 @@ class PoolParams:
             self.slash_amount,
             self.dispute_window,
             self.validator_slash_share_bps,
+            self.challenge_window,
+            self.contest_quorum,
         )
 
 
@@ -144,6 +151,29 @@ class PoolApproval:
     max_slash: int
     slashed: int
     approved: bool
+
+
+@dataclass(frozen=True)
+class Rejection:
+    """A rejection inside its challenge window (`getRejection`)."""
+
+    validator: str
+    reason: str
+    executable_at: int
+    previous: WorkStatus
+    contesters: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ChallengeRules:
+    """How long a pool's rejections wait for contests, and how many contests overturn one."""
+
+    challenge_window: int
+    contest_quorum: int
+
+
+NO_EVIDENCE = bytes(32)
+"""The evidence hash of a verdict given without recorded evidence (devnet tools and benches)."""
 
 
 @dataclass(frozen=True)
@@ -409,11 +439,46 @@ class ComputePool(ContractBinding):
         """Encoded by hand: a provider node sends one per batch (`proofpool.chain.calls`)."""
         return self._send_encoded("submitWork", pool_id, to_checksum_address(node), work_key, work_units, model_version)
 
-    def attest_work(self, pool_id: int, work_keys: Sequence[bytes]) -> TxReceipt:
-        return self._send(self.contract.functions.attestWork(pool_id, list(work_keys)))
+    def attest_work(self, pool_id: int, work_keys: Sequence[bytes], evidence_sha256: bytes) -> TxReceipt:
+        """Attest `work_keys`, committing to the sha256 of the batch's evidence."""
+        return self._send(self.contract.functions.attestWork(pool_id, list(work_keys), evidence_sha256))
 
-    def invalidate_work(self, pool_id: int, work_key: bytes, reason: str) -> TxReceipt:
-        return self._send(self.contract.functions.invalidateWork(pool_id, work_key, reason_code(reason)))
+    def invalidate_work(self, pool_id: int, work_key: bytes, reason: str, evidence_sha256: bytes) -> TxReceipt:
+        """Reject `work_key` for `reason`, committing to the sha256 of the evidence; the slash executes at
+        once when the pool's challenge window is 0, else by `execute_rejection` after the window."""
+        fn = self.contract.functions.invalidateWork(pool_id, work_key, reason_code(reason), evidence_sha256)
+        return self._send(fn)
+
+    def contest_rejection(self, pool_id: int, work_key: bytes, evidence_sha256: bytes) -> TxReceipt:
+        """Contest another validator's rejection of `work_key` (after recomputing it and finding it valid)."""
+        return self._send(self.contract.functions.contestRejection(pool_id, work_key, evidence_sha256))
+
+    def execute_rejection(self, pool_id: int, work_key: bytes) -> TxReceipt:
+        """Apply an uncontested rejection whose challenge window has passed (anyone may)."""
+        return self._send(self.contract.functions.executeRejection(pool_id, work_key))
+
+    def get_rejection(self, pool_id: int, work_key: bytes) -> Rejection | None:
+        """The rejection of `work_key` waiting for its challenge window; None unless it is Rejected."""
+        validator, reason, executable_at, previous, contesters = self._call(
+            self.contract.functions.getRejection(pool_id, work_key)
+        )
+        if int(executable_at) == 0:
+            return None
+        return Rejection(validator, reason_text(reason), int(executable_at), WorkStatus(previous), tuple(contesters))
+
+    def challenge_rules(self, pool_id: int) -> ChallengeRules:
+        window, quorum = self._call(self.contract.functions.challengeRules(pool_id))
+        return ChallengeRules(int(window), int(quorum))
+
+    def set_validator_stake_params(self, min_validator_stake: int, validator_slash_amount: int) -> TxReceipt:
+        """Admin: the stake every verdict needs, and what an overturned verdict costs its validator."""
+        fn = self.contract.functions.setValidatorStakeParams(min_validator_stake, validator_slash_amount)
+        return self._send(fn)
+
+    def validator_stake_params(self) -> tuple[int, int]:
+        """(minimum validator stake, slash per overturned verdict)."""
+        minimum, slash = self._call(self.contract.functions.validatorStakeParams())
+        return int(minimum), int(slash)
 
     def finalize_work(self, pool_id: int, work_keys: Sequence[bytes]) -> TxReceipt:
         return self._send(self.contract.functions.finalizeWork(pool_id, list(work_keys)))

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from proofpool.chain.anvil import start_anvil
-from proofpool.chain.bindings import MemberState, WorkStatus, reason_text
+from proofpool.chain.bindings import NO_EVIDENCE, MemberState, WorkStatus, reason_text
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import deploy_contracts, write_address_book
 from proofpool.chain.errors import ContractRevert
@@ -77,8 +77,8 @@ def run_chain_loop(client: ChainClient, cast: Cast, say: Callable[[str], None]) 
     nodes["bob"].pool.submit_work(pool_id, cast.bob_node.address, cheating_key, 480, 0)
 
     say("the validator accepts alice's file and invalidates bob's (slash, eject, split)")
-    validator.pool.attest_work(pool_id, [honest_key])
-    validator.pool.invalidate_work(pool_id, cheating_key, "sampling_mismatch")
+    validator.pool.attest_work(pool_id, [honest_key], NO_EVIDENCE)
+    validator.pool.invalidate_work(pool_id, cheating_key, "sampling_mismatch", NO_EVIDENCE)
 
     try:
         admin.pool.finalize_work(pool_id, [honest_key])

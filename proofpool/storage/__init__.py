@@ -1,5 +1,5 @@
 """Object storage: the S3 client (`s3.py`), the devnet SeaweedFS launcher (`seaweed.py`) and
-the key layout below, the one place that knows where a rollout file lives.
+the key layout below, the one place that knows where a rollout file (and a verdict's evidence) lives.
 
 The layout puts the pool, the node and the file's sha256 (the on-chain work key) in the
 key, so a presigned URL for one key cannot write another node's files, and the validator
@@ -53,6 +53,15 @@ def rollout_key(pool_id: int, node: str, sha256_hex: str) -> str:
     return f"pools/{pool_id}/rollouts/{to_checksum_address(node)}/{normalize_sha256(sha256_hex)}.parquet"
 
 
+def evidence_key(pool_id: int, work_key_hex: str, validator: str) -> str:
+    """`pools/{pool}/evidence/{work key}/{validator}.json`: one validator's evidence for one verdict."""
+    if pool_id < 0:
+        raise ValueError(f"pool_id must be >= 0, not {pool_id}")
+    if not is_address(validator):
+        raise ValueError(f"not an address: {validator!r}")
+    return f"pools/{pool_id}/evidence/{normalize_sha256(work_key_hex)}/{to_checksum_address(validator)}.json"
+
+
 def parse_rollout_key(key: str) -> RolloutKey:
     """The inverse of `rollout_key`; `ValueError` for keys outside the layout."""
     match = _ROLLOUT_KEY.fullmatch(key)
@@ -74,6 +83,7 @@ __all__ = [
     "RolloutKey",
     "StorageError",
     "StorageUnavailable",
+    "evidence_key",
     "normalize_sha256",
     "parse_rollout_key",
     "put_presigned",

@@ -77,6 +77,8 @@ class World:
             "slashAmount": SLASH_AMOUNT,
             "disputeWindow": DISPUTE_WINDOW,
             "validatorSlashShareBps": SLASH_SHARE_BPS,
+            "challengeWindow": 0,
+            "contestQuorum": 1,
         } | overrides
         return tuple(values.values())
 

@@ -25,7 +25,9 @@ __all__ = ["ANY", "TOKEN", "Actor", "Chain", "Deployment", "expect_revert", "wor
 # IComputePool enums, as the ABI returns them.
 POOL_NONE, POOL_CREATED, POOL_ACTIVE, POOL_CLOSED = range(4)
 MEMBER_NONE, MEMBER_ACTIVE, MEMBER_LEFT, MEMBER_EJECTED, MEMBER_SLASHED = range(5)
-WORK_NONE, WORK_PENDING, WORK_ACCEPTED, WORK_INVALID, WORK_FINALIZED, WORK_FORFEITED = range(6)
+WORK_NONE, WORK_PENDING, WORK_ACCEPTED, WORK_INVALID, WORK_FINALIZED, WORK_FORFEITED, WORK_REJECTED = range(7)
+EVIDENCE = bytes.fromhex("ee" * 32)
+"""The evidence hash test verdicts commit to."""
 ZERO_ADDRESS = "0x0000000000000000000000000000000000000000"
 OWNERSHIP_DEADLINE = 10**10
 """The deadline test node signatures carry (far in the future)."""
@@ -211,7 +213,7 @@ class Deployment:
         return node.send(self.pool.functions.submitWork(pool_id, node.address, key, units, version))
 
     def attest(self, validator: Actor, pool_id: int, keys: Sequence[bytes]) -> TxReceipt:
-        return validator.send(self.pool.functions.attestWork(pool_id, list(keys)))
+        return validator.send(self.pool.functions.attestWork(pool_id, list(keys), EVIDENCE))
 
     def work(self, pool_id: int, key: bytes) -> tuple:
         return tuple(self.pool.functions.getWork(pool_id, key).call())

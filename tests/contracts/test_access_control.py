@@ -14,7 +14,7 @@ import pytest
 from proofpool.chain.deploy import load_address_book, write_address_book
 from proofpool.errors import ConfigError
 from tests.contracts.conftest import POOL_ID, PROVIDER_STAKE, UNBONDING_PERIOD, World
-from tests.contracts.helpers import Actor, expect_revert, reason, work_key
+from tests.contracts.helpers import EVIDENCE, TOKEN, Actor, expect_revert, reason, work_key
 
 ACTORS = (
     "admin", "provider", "provider2", "validator", "validator2", "manager", "creator", "attester", "outsider",
@@ -50,6 +50,32 @@ def _created_pool(world: World) -> int:
     return world.c.pool.functions.poolCount().call()
 
 
+def _rejected_key(world: World) -> tuple[int, bytes]:
+    """A key of node1 that `validator` rejected in a new pool with a challenge window."""
+    pool = world.c.pool.functions
+    world.creator.send(pool.createPool(world.pool_params(challengeWindow=60, contestQuorum=2)))
+    pool_id = pool.poolCount().call()
+    world.creator.send(pool.startPool(pool_id))
+    world.provider.send(pool.approvePool(pool_id, PROVIDER_STAKE))
+    signature = world.c.invite(world.manager, pool_id, world.node1, 77, 10**10)
+    world.provider.send(pool.joinPool(pool_id, world.node1.address, 77, 10**10, signature))
+    key = work_key("contested")
+    world.c.submit(world.node1, pool_id, key)
+    world.validator.send(pool.invalidateWork(pool_id, key, reason("x"), EVIDENCE))
+    return pool_id, key
+
+
+def _contest(world: World) -> Any:
+    pool_id, key = _rejected_key(world)
+    return world.c.pool.functions.contestRejection(pool_id, key, EVIDENCE)
+
+
+def _contest_error(world: World, actor: Actor) -> tuple[str, tuple]:
+    if actor.address == world.validator.address:  # the reporter may not contest its own rejection
+        return "ComputePoolSelfVerdict", (world.c.pool.functions.poolCount().call(), work_key("contested"), actor.address)
+    return _role_error("pool", "VALIDATOR_ROLE")(world, actor)
+
+
 def _join_node3(world: World) -> Any:
     signature = world.c.invite(world.manager, POOL_ID, world.node3, 99, 10**10)
     return world.c.pool.functions.joinPool(POOL_ID, world.node3.address, 99, 10**10, signature)
@@ -83,11 +109,15 @@ CASES = [
                ("admin",), _role_error("registry", "DEFAULT_ADMIN_ROLE")),
     Restricted("ComputeRegistry.removeNode", lambda w: w.c.registry.functions.removeNode(w.node1.address),
                ("provider",), lambda w, a: ("ComputeRegistryNotNodeProvider", (w.node1.address, a.address))),
-    Restricted("ComputePool.attestWork", lambda w: w.c.pool.functions.attestWork(POOL_ID, [_pending_key(w)]),
+    Restricted("ComputePool.attestWork", lambda w: w.c.pool.functions.attestWork(POOL_ID, [_pending_key(w)], EVIDENCE),
                ("validator", "validator2"), _role_error("pool", "VALIDATOR_ROLE")),
     Restricted("ComputePool.invalidateWork",
-               lambda w: w.c.pool.functions.invalidateWork(POOL_ID, _pending_key(w), reason("x")),
+               lambda w: w.c.pool.functions.invalidateWork(POOL_ID, _pending_key(w), reason("x"), EVIDENCE),
                ("validator", "validator2"), _role_error("pool", "VALIDATOR_ROLE")),
+    Restricted("ComputePool.contestRejection", _contest, ("validator2",), _contest_error),
+    Restricted("ComputePool.setValidatorStakeParams",
+               lambda w: w.c.pool.functions.setValidatorStakeParams(2 * TOKEN, TOKEN),
+               ("admin",), _role_error("pool", "DEFAULT_ADMIN_ROLE")),
     Restricted("ComputePool.grantRole", lambda w: w.c.pool.functions.grantRole(
                    w.c.role(w.c.pool, "VALIDATOR_ROLE"), w.outsider.address),
                ("admin",), _role_error("pool", "DEFAULT_ADMIN_ROLE")),

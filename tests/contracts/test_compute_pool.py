@@ -25,6 +25,7 @@ from tests.contracts.conftest import (
 )
 from tests.contracts.helpers import (
     ANY,
+    EVIDENCE,
     MEMBER_ACTIVE,
     MEMBER_EJECTED,
     MEMBER_LEFT,
@@ -348,7 +349,7 @@ class TestJoin:
 
     def test_slashed_node_cannot_rejoin(self, world: World) -> None:
         key = submitted(world, "cheat")
-        world.validator.send(world.c.pool.functions.invalidateWork(POOL_ID, key, reason("toploc")))
+        world.validator.send(world.c.pool.functions.invalidateWork(POOL_ID, key, reason("toploc"), EVIDENCE))
         with expect_revert("ComputePoolNodeSlashed", POOL_ID, world.node1.address):
             world.c.join(world.provider, world.manager, POOL_ID, world.node1, 7, FAR)
 
@@ -566,7 +567,7 @@ class TestAttestWork:
 
 class TestInvalidateWork:
     def _invalidate(self, world: World, key: bytes, validator: Actor | None = None):
-        fn = world.c.pool.functions.invalidateWork(POOL_ID, key, reason("toploc_mismatch"))
+        fn = world.c.pool.functions.invalidateWork(POOL_ID, key, reason("toploc_mismatch"), EVIDENCE)
         return (validator or world.validator).send(fn)
 
     def test_pending_work_is_invalidated_slashed_and_split(self, world: World) -> None:
@@ -574,6 +575,7 @@ class TestInvalidateWork:
         treasury_before = world.c.balance(world.treasury)
         receipt = self._invalidate(world, key)
         assert [e.name for e in world.c.events(receipt)] == [
+            "WorkRejected",  # with no challenge window the rejection executes at once
             "WorkInvalidated",
             "NodeEjected",
             "Slashed",
@@ -581,6 +583,14 @@ class TestInvalidateWork:
             "SlashDistributed",
             "Transfer",  # pool -> treasury
         ]
+        assert world.c.event(receipt, "WorkRejected") == {
+            "poolId": POOL_ID,
+            "workKey": key,
+            "validator": world.validator.address,
+            "reason": reason("toploc_mismatch"),
+            "evidenceHash": EVIDENCE,
+            "executableAt": world.chain.timestamp(),
+        }
         assert world.c.event(receipt, "WorkInvalidated") == {
             "poolId": POOL_ID,
             "workKey": key,
@@ -750,7 +760,7 @@ class TestFinalizeWork:
     def test_work_of_slashed_node_is_forfeited(self, world: World) -> None:
         honest_looking = accepted(world, "looks-fine")
         cheat = submitted(world, "cheat")
-        world.validator2.send(world.c.pool.functions.invalidateWork(POOL_ID, cheat, reason("sampling")))
+        world.validator2.send(world.c.pool.functions.invalidateWork(POOL_ID, cheat, reason("sampling"), EVIDENCE))
         world.chain.increase_time(DISPUTE_WINDOW)
         receipt = world.outsider.send(world.c.pool.functions.finalizeWork(POOL_ID, [honest_looking]))
         assert world.c.event(receipt, "WorkForfeited") == {
@@ -783,7 +793,7 @@ class TestWithdrawRewards:
     def test_provider_and_validator_withdraw_their_credits(self, world: World) -> None:
         key = accepted(world, "paid")
         world.validator.send(
-            world.c.pool.functions.invalidateWork(POOL_ID, submitted(world, "bad", node=world.node2), reason("x"))
+            world.c.pool.functions.invalidateWork(POOL_ID, submitted(world, "bad", node=world.node2), reason("x"), EVIDENCE)
         )
         world.chain.increase_time(DISPUTE_WINDOW)
         world.outsider.send(world.c.pool.functions.finalizeWork(POOL_ID, [key]))
@@ -873,7 +883,7 @@ class TestHostileToken:
         world.provider.send(pool.functions.approvePool(1, PROVIDER_STAKE))
         world.provider.send(pool.functions.joinPool(1, world.node1.address, 1, FAR, invite))
         world.node1.send(pool.functions.submitWork(1, world.node1.address, work_key("bad"), 1, 1))
-        world.validator.send(pool.functions.invalidateWork(1, work_key("bad"), reason("x")))
+        world.validator.send(pool.functions.invalidateWork(1, work_key("bad"), reason("x"), EVIDENCE))
         assert pool.functions.rewardBalance(world.validator.address).call() == 10
         return token, pool
 

@@ -17,7 +17,7 @@ from tests.contracts.conftest import (
     UNBONDING_PERIOD,
     World,
 )
-from tests.contracts.helpers import TOKEN, WORK_INVALID, Actor, expect_revert, reason, work_key
+from tests.contracts.helpers import EVIDENCE, TOKEN, WORK_INVALID, Actor, expect_revert, reason, work_key
 
 FAR = 10**10
 
@@ -69,7 +69,7 @@ class TestStolenNodeKey:
         active_before, _ = _stake(world, world.provider)
         taken = []
         for key in keys:
-            receipt = world.validator.send(fns.invalidateWork(pool_id, key, reason("garbage")))
+            receipt = world.validator.send(fns.invalidateWork(pool_id, key, reason("garbage"), EVIDENCE))
             slash = world.c.event(receipt, "SlashDistributed")
             taken.append(slash["validatorShare"] + slash["treasuryShare"])
         assert taken == [50 * TOKEN, 25 * TOKEN, 0]
@@ -116,7 +116,7 @@ class TestSelfVerdict:
         with expect_revert("ComputePoolSelfVerdict", POOL_ID, own, validator.address):
             world.c.attest(validator, POOL_ID, [other, own])
         with expect_revert("ComputePoolSelfVerdict", POOL_ID, own, validator.address):
-            validator.send(world.c.pool.functions.invalidateWork(POOL_ID, own, reason("x")))
+            validator.send(world.c.pool.functions.invalidateWork(POOL_ID, own, reason("x"), EVIDENCE))
         world.c.attest(validator, POOL_ID, [other])  # another provider's work it may judge
         world.c.attest(world.validator, POOL_ID, [own])  # and an independent validator this one
 
@@ -137,7 +137,7 @@ class TestOpenWorkKeepsStakeBonded:
         world.chain.increase_time(UNBONDING_PERIOD + 1)
         with expect_revert("StakeManagerOpenWork", world.provider.address, 1):
             world.provider.send(world.c.stake.functions.withdraw())
-        receipt = world.validator.send(world.c.pool.functions.invalidateWork(POOL_ID, key, reason("late")))
+        receipt = world.validator.send(world.c.pool.functions.invalidateWork(POOL_ID, key, reason("late"), EVIDENCE))
         slashed = world.c.event(receipt, "Slashed")
         assert (slashed["fromUnbonding"], slashed["fromActive"]) == (SLASH_AMOUNT, 0)
         assert _open(world, world.provider) == 0
@@ -153,7 +153,7 @@ class TestOpenWorkKeepsStakeBonded:
         world.c.attest(world.validator, POOL_ID, [key])
         with expect_revert("StakeManagerOpenWork", world.provider.address, 1):
             world.provider.send(world.c.stake.functions.withdraw())
-        receipt = world.validator2.send(world.c.pool.functions.invalidateWork(POOL_ID, key, reason("dispute")))
+        receipt = world.validator2.send(world.c.pool.functions.invalidateWork(POOL_ID, key, reason("dispute"), EVIDENCE))
         assert world.c.event(receipt, "Slashed")["fromUnbonding"] == SLASH_AMOUNT
         assert world.c.work(POOL_ID, key)[2] == WORK_INVALID
 
@@ -170,7 +170,7 @@ class TestOpenWorkKeepsStakeBonded:
         world.validator.send(fns.finalizeWork(POOL_ID, [paid]))
         assert _open(world, world.provider) == 1
         world.c.submit(world.node1, POOL_ID, invalid)
-        world.validator.send(fns.invalidateWork(POOL_ID, invalid, reason("bad")))  # node1 now Slashed
+        world.validator.send(fns.invalidateWork(POOL_ID, invalid, reason("bad"), EVIDENCE))  # node1 now Slashed
         assert _open(world, world.provider) == 1
         world.validator.send(fns.finalizeWork(POOL_ID, [forfeited]))  # forfeited: node1 was slashed
         assert _open(world, world.provider) == 0

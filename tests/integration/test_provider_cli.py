@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from proofpool.chain.accounts import KEY_PASSWORD_ENV, encrypt_account
 from proofpool.chain.anvil import free_port
-from proofpool.chain.bindings import PoolApproval, PoolParams
+from proofpool.chain.bindings import NO_EVIDENCE, PoolApproval, PoolParams
 from proofpool.chain.client import ChainClient
 from proofpool.chain.signing import sign_invite
 from proofpool.chain.units import TOKEN
@@ -77,13 +77,13 @@ def _third_pool_with_unpaid_work(world: LoopWorld) -> int:
     submitter, validator = admin.as_account(cast.alice_node), admin.as_account(cast.validator)
     paid, waiting, accepted = (hashlib.sha256(name).digest() for name in (b"paid", b"waiting", b"accepted"))
     submitter.pool.submit_work(pool_id, node, paid, 300, 0)
-    validator.pool.attest_work(pool_id, [paid])
+    validator.pool.attest_work(pool_id, [paid], NO_EVIDENCE)
     world.anvil.rpc("evm_increaseTime", [DISPUTE_WINDOW + 1])
     world.anvil.rpc("evm_mine")
     admin.pool.finalize_work(pool_id, [paid])
     submitter.pool.submit_work(pool_id, node, waiting, 100, 0)
     submitter.pool.submit_work(pool_id, node, accepted, 200, 0)
-    validator.pool.attest_work(pool_id, [accepted])
+    validator.pool.attest_work(pool_id, [accepted], NO_EVIDENCE)
     return pool_id
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from proofpool.chain.bindings import NO_EVIDENCE
 from proofpool.chain.signing import sign_invite
 from proofpool.checkpoint import checkpoint_prefix, ensure_published_checkpoint, onchain_manifest_sha256
 from proofpool.checkpoint.manifest import MANIFEST_NAME
@@ -60,7 +61,7 @@ def submit_accepted(market: Market, store: ObjectStore, rows: list[RolloutSample
     store.put_object(rollout_key(market.pool_id, market.node, key.hex()), data)
     units = sum(len(r.completion_tokens) for r in rows)
     node.pool.submit_work(market.pool_id, market.node, key, units, version)
-    stack.admin.as_account(stack.cast.validator).pool.attest_work(market.pool_id, [key])
+    stack.admin.as_account(stack.cast.validator).pool.attest_work(market.pool_id, [key], NO_EVIDENCE)
     return key
 
 

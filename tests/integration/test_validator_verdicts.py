@@ -20,7 +20,7 @@ from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
 from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess, free_port, start_anvil
-from proofpool.chain.bindings import ComputePool, Work, WorkStatus, reason_text
+from proofpool.chain.bindings import NO_EVIDENCE, ComputePool, Work, WorkStatus, reason_text
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import AddressBook, deploy_contracts, grant_validator
 from proofpool.chain.events import ChainEvent
@@ -213,7 +213,7 @@ def test_invalid_key_is_invalidated_at_once_with_its_reason(world, conn, flush_c
 
 def test_key_attested_by_another_validator_is_superseded_and_not_sent(world, conn, flush_conn):
     keys = world.submit(3)
-    world.validator2.pool.attest_work(world.pool_id, [keys[0]])
+    world.validator2.pool.attest_work(world.pool_id, [keys[0]], NO_EVIDENCE)
     decide(world, conn, keys)
     start = world.w3.eth.block_number + 1
 
@@ -230,7 +230,7 @@ def test_key_attested_by_another_validator_is_superseded_and_not_sent(world, con
 
 def test_invalid_key_already_invalidated_by_another_validator_is_superseded(world, conn, flush_conn):
     cheat = world.submit(1, node="bob")[0]
-    world.validator2.pool.invalidate_work(world.pool_id, cheat, "toploc_mismatch")
+    world.validator2.pool.invalidate_work(world.pool_id, cheat, "toploc_mismatch", NO_EVIDENCE)
     decide(world, conn, [cheat], "invalid", "sampling_mismatch")
     before = world.nonce(world.cast.validator)
 
@@ -248,8 +248,8 @@ def test_tx_mined_before_a_crash_is_marked_sent_not_sent_again(world, conn, flus
     decide(world, conn, [cheat], "invalid", "reward_mismatch")
     start = world.w3.eth.block_number + 1
     # the flusher sent both transactions and died before committing their rows
-    world.validator.pool.attest_work(world.pool_id, accepted)
-    world.validator.pool.invalidate_work(world.pool_id, cheat, "reward_mismatch")
+    world.validator.pool.attest_work(world.pool_id, accepted, NO_EVIDENCE)
+    world.validator.pool.invalidate_work(world.pool_id, cheat, "reward_mismatch", NO_EVIDENCE)
     before = world.nonce(world.cast.validator)
 
     result = flush_verdicts(flush_conn, world.validator, **ALL_DUE)
@@ -320,7 +320,7 @@ class RacingPool(ComputePool):
         work = super().get_work(pool_id, work_key)
         self.reads[work_key] = self.reads.get(work_key, 0) + 1
         if work.status is WorkStatus.PENDING and self.strike_after.get(work_key) == self.reads[work_key]:
-            self.competitor.attest_work(pool_id, [work_key])
+            self.competitor.attest_work(pool_id, [work_key], NO_EVIDENCE)
         return work
 
 

@@ -26,14 +26,17 @@ interface IComputePool is IWorkLedger {
     }
 
     /// @notice Life cycle of a submission: Pending -> Accepted -> Finalized | Forfeited, or
-    /// Pending | Accepted (within the dispute window) -> Invalid.
+    /// Pending | Accepted (within the dispute window) -> Rejected -> Invalid once the pool's challenge
+    /// window passes uncontested (at once when the window is 0), or back to the status it had when a
+    /// quorum of other validators contests the rejection.
     enum WorkStatus {
         None,
         Pending,
         Accepted,
         Invalid,
         Finalized,
-        Forfeited
+        Forfeited,
+        Rejected
     }
 
     /// @notice Parameters of a new pool.
@@ -45,6 +48,11 @@ interface IComputePool is IWorkLedger {
     /// @param slashAmount Stake taken from the provider per invalidated submission.
     /// @param disputeWindow Seconds after attestation before work can be finalized; < unbonding period.
     /// @param validatorSlashShareBps Share of slashed stake credited to the reporting validator (<= 10000).
+    /// @param challengeWindow Seconds a rejection waits for contests before it slashes (0: it slashes at
+    /// once); disputeWindow + challengeWindow < unbonding period, so every verdict's stake is still
+    /// slashable when the verdict can be overturned.
+    /// @param contestQuorum Contests by distinct staked validators that overturn a rejection (1 to 32;
+    /// ignored when challengeWindow is 0).
     struct PoolParams {
         address manager;
         address treasury;
@@ -54,6 +62,8 @@ interface IComputePool is IWorkLedger {
         uint256 slashAmount;
         uint64 disputeWindow;
         uint16 validatorSlashShareBps;
+        uint64 challengeWindow;
+        uint16 contestQuorum;
     }
 
     /// @notice A pool as returned by {getPool}.
@@ -83,6 +93,86 @@ interface IComputePool is IWorkLedger {
     /// @param poolId The pool.
     /// @param provider The provider (the caller).
     event PoolApprovalRevoked(uint256 indexed poolId, address indexed provider);
+
+    /// @notice Pool `poolId` gives rejections `challengeWindow` seconds to be contested, and
+    /// `contestQuorum` contests overturn one. Emitted at creation, after {PoolCreated}.
+    /// @param poolId The pool.
+    /// @param challengeWindow Seconds between a rejection and its slash (0: slash at once).
+    /// @param contestQuorum Contests that overturn a rejection.
+    event PoolChallengeRules(uint256 indexed poolId, uint64 challengeWindow, uint16 contestQuorum);
+
+    /// @notice The admin changed what a validator stakes and what an overturned verdict costs it.
+    /// @param minValidatorStake Active stake (in the StakeManager) a validator needs for any verdict.
+    /// @param validatorSlashAmount Stake taken from a validator per overturned verdict.
+    event ValidatorStakeParamsUpdated(uint256 minValidatorStake, uint256 validatorSlashAmount);
+
+    /// @notice `validator` attested a batch of `batchSize` work keys in `poolId` and committed to the
+    /// evidence of its checks: `evidenceHash` is the sha256 of the batch's evidence (per key: file
+    /// sha256, checks run, figures), which the validator keeps in the object store.
+    /// @param poolId The pool.
+    /// @param validator The attesting validator.
+    /// @param evidenceHash sha256 of the batch's evidence.
+    /// @param batchSize Keys in the batch (including skipped ones).
+    event AttestationEvidence(
+        uint256 indexed poolId, address indexed validator, bytes32 evidenceHash, uint256 batchSize
+    );
+
+    /// @notice `validator` rejected `workKey` for `reason`, committing to `evidenceHash` (sha256 of its
+    /// evidence: file sha256, reason code, failing rows). The slash executes at `executableAt` unless a
+    /// quorum of other validators contests it first; with a zero challenge window it executes in the
+    /// same transaction ({WorkInvalidated} follows).
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param validator The reporting validator.
+    /// @param reason Reason code.
+    /// @param evidenceHash sha256 of the evidence.
+    /// @param executableAt Unix time from which {executeRejection} applies the slash.
+    event WorkRejected(
+        uint256 indexed poolId,
+        bytes32 indexed workKey,
+        address indexed validator,
+        bytes32 reason,
+        bytes32 evidenceHash,
+        uint64 executableAt
+    );
+
+    /// @notice `validator` recomputed the rejected `workKey`, found it valid and contested the rejection.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param validator The contesting validator.
+    /// @param evidenceHash sha256 of its evidence.
+    /// @param contests Contests so far, this one included.
+    event RejectionContested(
+        uint256 indexed poolId,
+        bytes32 indexed workKey,
+        address indexed validator,
+        bytes32 evidenceHash,
+        uint256 contests
+    );
+
+    /// @notice A quorum contested the rejection of `workKey` by `validator`: the submission is back in
+    /// `restored` (Pending or Accepted, with its earlier validator and times), and nothing was slashed
+    /// from its provider. {ValidatorSlashed} follows.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param validator The validator whose rejection was overturned.
+    /// @param restored The status the submission is back in.
+    event RejectionOverturned(
+        uint256 indexed poolId, bytes32 indexed workKey, address indexed validator, WorkStatus restored
+    );
+
+    /// @notice `validator`'s verdict on `workKey` was overturned; `amount` of its stake went to
+    /// `beneficiary`, one of the validators who proved it wrong. The slash (the validatorSlashAmount, or
+    /// what is left of the stake) is split evenly between the contesters of an overturned rejection,
+    /// one event each, or goes whole to the reporter when an attested submission is invalidated.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param validator The slashed validator.
+    /// @param beneficiary The validator credited.
+    /// @param amount Tokens credited to `beneficiary`'s reward balance.
+    event ValidatorSlashed(
+        uint256 indexed poolId, bytes32 indexed workKey, address indexed validator, address beneficiary, uint256 amount
+    );
 
     /// @notice A key of an attestWork or finalizeWork batch was left alone: another transaction
     /// already moved it past the state the batch expects (attested, invalidated or settled first).
@@ -250,6 +340,48 @@ interface IComputePool is IWorkLedger {
     /// @param manifestSha256 sha256 of the checkpoint manifest.
     /// @param uri Where the manifest is stored.
     event CheckpointPublished(uint256 indexed poolId, uint32 indexed version, bytes32 manifestSha256, string uri);
+
+    /// @notice The challenge window is not shorter than the unbonding period minus the dispute window,
+    /// or the quorum is outside 1..32 while the window is not zero.
+    /// @param challengeWindow The window given.
+    /// @param contestQuorum The quorum given.
+    /// @param unbondingPeriod The StakeManager's unbonding period.
+    error ComputePoolInvalidChallengeRules(uint64 challengeWindow, uint16 contestQuorum, uint64 unbondingPeriod);
+
+    /// @notice A validator slash larger than the validator stake it is taken from.
+    /// @param minValidatorStake The minimum validator stake given.
+    /// @param validatorSlashAmount The slash given.
+    error ComputePoolInvalidValidatorSlash(uint256 minValidatorStake, uint256 validatorSlashAmount);
+
+    /// @notice A verdict from a validator whose active stake is below the minimum.
+    /// @param validator The caller.
+    /// @param stake Its active stake.
+    /// @param required The minimum validator stake.
+    error ComputePoolValidatorUnderstaked(address validator, uint256 stake, uint256 required);
+
+    /// @notice The submission is not Rejected (never rejected, or executed or overturned already).
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param status Its status.
+    error ComputePoolWorkNotRejected(uint256 poolId, bytes32 workKey, WorkStatus status);
+
+    /// @notice The rejection can still be contested; it executes at `executableAt`.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param executableAt When the challenge window closes.
+    error ComputePoolChallengeWindowOpen(uint256 poolId, bytes32 workKey, uint64 executableAt);
+
+    /// @notice The challenge window closed at `closedAt`: the rejection can only be executed now.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param closedAt When the challenge window closed.
+    error ComputePoolChallengeWindowClosed(uint256 poolId, bytes32 workKey, uint64 closedAt);
+
+    /// @notice `validator` contested this rejection already.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param validator The caller.
+    error ComputePoolAlreadyContested(uint256 poolId, bytes32 workKey, address validator);
 
     /// @notice A zero address was given where a contract or account is needed.
     error ComputePoolZeroAddress();
@@ -525,24 +657,56 @@ interface IComputePool is IWorkLedger {
     function submitWork(uint256 poolId, address node, bytes32 workKey, uint64 workUnits, uint32 modelVersion)
         external;
 
-    /// @notice Accepts Pending submissions; each key's dispute window starts now. Needs VALIDATOR_ROLE.
-    /// A key no longer Pending (judged by another transaction first) is skipped with {WorkSkipped};
-    /// the batch reverts for a key never submitted, or if the caller is the node or the provider of
-    /// one ({ComputePoolSelfVerdict}). Emits {WorkAttested} per accepted key.
+    /// @notice Accepts Pending submissions; each key's dispute window starts now. Needs VALIDATOR_ROLE
+    /// and the minimum validator stake. A key no longer Pending (judged by another transaction first)
+    /// is skipped with {WorkSkipped}; the batch reverts for a key never submitted, or if the caller is
+    /// the node or the provider of one ({ComputePoolSelfVerdict}). Emits {AttestationEvidence} once
+    /// and {WorkAttested} per accepted key. If an attested key is later invalidated, the attester's
+    /// stake is slashed ({ValidatorSlashed}).
     /// @param poolId The pool.
     /// @param workKeys Non-empty list of Pending submissions.
-    function attestWork(uint256 poolId, bytes32[] calldata workKeys) external;
+    /// @param evidenceHash sha256 of the batch's evidence.
+    function attestWork(uint256 poolId, bytes32[] calldata workKeys, bytes32 evidenceHash) external;
 
-    /// @notice Marks a Pending submission, or an Accepted one within its dispute window, Invalid; ejects
-    /// the node as Slashed (forfeiting its other unfinalized work), slashes the provider by the pool's
-    /// slashAmount, capped by what remains of the maximum the provider approved for the pool (unbonding
-    /// first), and splits the slashed tokens between the caller (credited) and the pool treasury
-    /// (transferred). Needs VALIDATOR_ROLE; the caller may not be the node or its provider.
-    /// Emits {WorkInvalidated}, {NodeEjected} (first slash of the node), {SlashDistributed}.
+    /// @notice Rejects a Pending submission, or an Accepted one within its dispute window. Needs
+    /// VALIDATOR_ROLE and the minimum validator stake; the caller may not be the node or its provider.
+    /// With the pool's challenge window at 0 the rejection executes at once (see {executeRejection});
+    /// otherwise the submission is Rejected until the window closes or a quorum contests it.
+    /// Emits {WorkRejected}.
     /// @param poolId The pool.
     /// @param workKey The submission.
     /// @param reason Reason code.
-    function invalidateWork(uint256 poolId, bytes32 workKey, bytes32 reason) external;
+    /// @param evidenceHash sha256 of the evidence.
+    function invalidateWork(uint256 poolId, bytes32 workKey, bytes32 reason, bytes32 evidenceHash) external;
+
+    /// @notice Contests a rejection within its challenge window, after recomputing the submission and
+    /// finding it valid. Needs VALIDATOR_ROLE and the minimum validator stake; the caller may not be
+    /// the reporter, the node or its provider, and contests once. The contest that reaches the pool's
+    /// quorum overturns the rejection: the submission returns to the status, validator and times it
+    /// had, and the reporter is slashed the validatorSlashAmount, split between the contesters.
+    /// Emits {RejectionContested}, then {RejectionOverturned} and {ValidatorSlashed} at the quorum.
+    /// @param poolId The pool.
+    /// @param workKey The rejected submission.
+    /// @param evidenceHash sha256 of the contester's evidence.
+    function contestRejection(uint256 poolId, bytes32 workKey, bytes32 evidenceHash) external;
+
+    /// @notice Executes an uncontested rejection once its challenge window has passed. Anyone may call.
+    /// Marks the submission Invalid, ejects the node as Slashed (forfeiting its other unfinalized
+    /// work), slashes the provider by the pool's slashAmount, capped by what remains of the maximum the
+    /// provider approved for the pool (unbonding first), and splits the slashed tokens between the
+    /// reporter (credited) and the pool treasury (transferred). If the submission had been attested,
+    /// the attester is slashed the validatorSlashAmount, credited to the reporter.
+    /// Emits {WorkInvalidated}, {NodeEjected} (first slash of the node), {SlashDistributed}, and
+    /// {ValidatorSlashed} for an attested submission.
+    /// @param poolId The pool.
+    /// @param workKey The rejected submission.
+    function executeRejection(uint256 poolId, bytes32 workKey) external;
+
+    /// @notice Sets the stake every verdict needs and what an overturned verdict costs (admin only).
+    /// Emits {ValidatorStakeParamsUpdated}.
+    /// @param minValidatorStake Active stake a validator needs for any verdict (0: none).
+    /// @param validatorSlashAmount Stake taken per overturned verdict (<= minValidatorStake).
+    function setValidatorStakeParams(uint256 minValidatorStake, uint256 validatorSlashAmount) external;
 
     /// @notice Settles Accepted submissions whose dispute window passed: credits the provider
     /// workUnits * rewardPerUnit and the attesting validator the pool's validatorFee from the budget,
@@ -662,6 +826,36 @@ interface IComputePool is IWorkLedger {
     /// @param digest The invite digest.
     /// @return True if used.
     function isInviteUsed(bytes32 digest) external view returns (bool);
+
+    /// @notice How long rejections in `poolId` wait for contests, and how many overturn one.
+    /// @param poolId The pool.
+    /// @return challengeWindow Seconds between a rejection and its slash.
+    /// @return contestQuorum Contests that overturn a rejection.
+    function challengeRules(uint256 poolId) external view returns (uint64 challengeWindow, uint16 contestQuorum);
+
+    /// @notice A rejection waiting for its challenge window (all zero when `workKey` is not Rejected).
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @return validator The reporter.
+    /// @return reason Its reason code.
+    /// @return executableAt When it can be executed.
+    /// @return previous The status a quorum of contests restores.
+    /// @return contesters The validators who contested it so far.
+    function getRejection(uint256 poolId, bytes32 workKey)
+        external
+        view
+        returns (
+            address validator,
+            bytes32 reason,
+            uint64 executableAt,
+            WorkStatus previous,
+            address[] memory contesters
+        );
+
+    /// @notice The stake every verdict needs and what an overturned verdict costs.
+    /// @return minValidatorStake Active stake a validator needs.
+    /// @return validatorSlashAmount Stake taken per overturned verdict.
+    function validatorStakeParams() external view returns (uint256 minValidatorStake, uint256 validatorSlashAmount);
 
     /// @notice The reward token.
     /// @return The token address.

@@ -1,0 +1,63 @@
+"""Verdict evidence: the document every verdict commits to on-chain.
+
+A verdict's evidence is a canonical JSON document (sorted keys, no spaces): the submission (pool,
+work key, which is the file's sha256), the validator, the verdict and reason code, and what the
+checks found (the rows recomputed, the failing row and its figures, the file-level statistics).
+The validator stores it in the object store at `proofpool.storage.evidence_key` before recording
+the verdict, and the transaction carries its sha256: `invalidateWork` and `contestRejection` the
+hash of one document, `attestWork` the sha256 of the batch's document hashes concatenated in the
+order of the batch's keys (`batch_evidence_sha256`). Anyone holding the documents can check a
+verdict's commitment, and a contesting validator recomputes the same rows to argue against it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from eth_utils import to_checksum_address
+
+from proofpool.storage import evidence_key
+from proofpool.storage.s3 import ObjectStore
+
+EVIDENCE_FORMAT = 1
+"""Version of the evidence document layout."""
+
+EVIDENCE_CONTENT_TYPE = "application/json"
+
+
+def evidence_document(
+    pool_id: int,
+    work_key: bytes,
+    validator: str,
+    verdict: str,
+    reason: str | None,
+    evidence: Mapping[str, Any],
+) -> bytes:
+    """The canonical bytes of one verdict's evidence (the same inputs always give the same bytes)."""
+    document = {
+        "format": EVIDENCE_FORMAT,
+        "pool_id": pool_id,
+        "file_sha256": work_key.hex(),
+        "validator": to_checksum_address(validator),
+        "verdict": verdict,
+        "reason": reason,
+        "evidence": dict(evidence),
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def publish_evidence(store: ObjectStore, pool_id: int, work_key: bytes, validator: str, document: bytes) -> bytes:
+    """Store `document` where the verdict's readers find it; returns its sha256 (the commitment)."""
+    digest = hashlib.sha256(document).digest()
+    key = evidence_key(pool_id, work_key.hex(), validator)
+    store.put_object(key, document, sha256_hex=digest.hex(), content_type=EVIDENCE_CONTENT_TYPE)
+    return digest
+
+
+def batch_evidence_sha256(hashes: Sequence[bytes | None]) -> bytes:
+    """The commitment of an `attestWork` batch: sha256 over its keys' evidence hashes in batch order
+    (a key decided without evidence counts as 32 zero bytes)."""
+    return hashlib.sha256(b"".join(h if h is not None else bytes(32) for h in hashes)).digest()
