@@ -24,7 +24,7 @@ from web3 import Web3
 from proofpool.chain.anvil import ANVIL_KEYS, start_anvil
 from proofpool.chain.bindings import NO_EVIDENCE
 from proofpool.chain.artifacts import load_artifact
-from proofpool.chain.deploy import TOKEN, AddressBook, DeployParams, deploy_contracts, grant_role
+from proofpool.chain.deploy import TOKEN, AddressBook, DeployParams, deploy_contracts, grant_validator
 from proofpool.chain.rpc import connect
 from proofpool.chain.signing import sign_invite, sign_node_ownership
 from proofpool.chain.tx import TxSender
@@ -34,6 +34,7 @@ BATCHES = (1, 16, 128)
 TARGETS = {"submitWork": 90_000, "attestWork": 12_000, "finalizeWork": 15_000}
 """Per-key targets; batch targets apply at batch 128."""
 DISPUTE_WINDOW = 3600
+CHALLENGE_WINDOW = 600
 
 
 @dataclass
@@ -132,7 +133,9 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     bad_key = Web3.keccak(text="forged-rollout")
     bench.send("node2", pool.functions.submitWork(1, node2.address, bad_key, 4096, 1))
     reason = b"toploc_mismatch".ljust(32, b"\x00")
-    bench.record("invalidateWork", bench.send("validator", pool.functions.invalidateWork(1, bad_key, reason, NO_EVIDENCE)))
+    bench.record(
+        "invalidateWork", bench.send("validator", pool.functions.invalidateWork(1, bad_key, reason, NO_EVIDENCE))
+    )
 
     bench.increase_time(DISPUTE_WINDOW)
     start = 0
@@ -146,13 +149,42 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     gas = bench.send("manager", pool.functions.publishCheckpoint(1, 1, manifest, "s3://ckpt/1/manifest.json"))
     bench.record("publishCheckpoint", gas)
     bench.record("unbond", bench.send("provider2", stake.functions.unbond(100 * TOKEN)))
+    _challenged_verdicts(bench, node, manager)
+
+
+def _challenged_verdicts(bench: Bench, node: LocalAccount, manager: LocalAccount) -> None:
+    """A pool with a challenge window: a rejection that waits, one overturned by a contest, one
+    executed after the window."""
+    pool = bench.contract("ComputePool")
+    addr = {name: sender.address for name, sender in bench.senders.items()}
+    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10)
+    params += (200 * TOKEN, DISPUTE_WINDOW, 2_000, CHALLENGE_WINDOW, 1)
+    bench.send("creator", pool.functions.createPool(params))
+    pool_id = int(pool.functions.poolCount().call())
+    bench.send("creator", pool.functions.startPool(pool_id))
+    bench.send("provider", pool.functions.approvePool(pool_id, 1_000 * TOKEN))
+    expiry = bench.w3.eth.get_block("latest")["timestamp"] + 3600
+    chain_id = bench.w3.eth.chain_id
+    invite = sign_invite(manager, pool_id, node.address, 100, expiry, chain_id, bench.book.compute_pool)
+    bench.send("provider", pool.functions.joinPool(pool_id, node.address, 100, expiry, invite.signature))
+    contested, executed = Web3.keccak(text="contested"), Web3.keccak(text="executed")
+    for key in (contested, executed):
+        bench.send("node", pool.functions.submitWork(pool_id, node.address, key, 4096, 1))
+    reason = b"made_up".ljust(32, b"\x00")
+    gas = bench.send("validator", pool.functions.invalidateWork(pool_id, contested, reason, NO_EVIDENCE))
+    bench.record("invalidateWork (challenge window)", gas)
+    gas = bench.send("validator2", pool.functions.contestRejection(pool_id, contested, NO_EVIDENCE))
+    bench.record("contestRejection (overturns)", gas)
+    bench.send("validator2", pool.functions.invalidateWork(pool_id, executed, reason, NO_EVIDENCE))
+    bench.increase_time(CHALLENGE_WINDOW)
+    bench.record("executeRejection", bench.send("anyone", pool.functions.executeRejection(pool_id, executed)))
 
 
 def main() -> int:
     argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args()  # --help, nothing else
     with start_anvil() as anvil:
         w3 = connect(anvil.url)
-        names = ("admin", "provider", "provider2", "manager", "creator", "validator", "anyone")
+        names = ("admin", "provider", "provider2", "manager", "creator", "validator", "anyone", "validator2")
         senders = {name: TxSender(w3, Account.from_key(ANVIL_KEYS[i])) for i, name in enumerate(names)}
         node, node2 = (Account.from_key(Web3.keccak(text=f"bench-node-{i}")) for i in range(2))
         senders["node"], senders["node2"] = TxSender(w3, node), TxSender(w3, node2)
@@ -160,7 +192,8 @@ def main() -> int:
         for account in (node, node2):
             senders["admin"].transfer_eth(account.address, 10 * 10**18)
         book = deploy_contracts(w3, senders["admin"], DeployParams())
-        grant_role(w3, senders["admin"], book, "VALIDATOR_ROLE", senders["validator"].address)
+        for validator in ("validator", "validator2"):  # staked from the devnet faucet
+            grant_validator(w3, senders["admin"], book, senders[validator].address)
         bench = Bench(w3=w3, book=book, senders=senders, rows=[])
         run(bench, node, node2)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

@@ -115,7 +115,12 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
     with res.connection() as conn:
         verdict = first_of_its_batch(conn, sub, verdict)
         kind = "accepted" if verdict.accepted else "invalid"
-        evidence = {**verdict.evidence, "recomputed": selected, "rows": verdict.rows, "checked_rows": verdict.checked_rows}
+        evidence = {
+            **verdict.evidence,
+            "recomputed": selected,
+            "rows": verdict.rows,
+            "checked_rows": verdict.checked_rows,
+        }
         document = evidence_document(pool_id, work_key, res.address, kind, verdict.reason, evidence)
         # Stored before the verdict is recorded: no verdict is ever sent without its evidence.
         digest = publish_evidence(res.store, pool_id, work_key, res.address, document)

@@ -284,7 +284,13 @@ def record_decision(
     key = {"pool_id": pool_id, "work_key": work_key, "validator": validator}
     updated = conn.execute(
         RECORD_DECISION,
-        {**key, "verdict": verdict, "reason": reason, "evidence": Jsonb(dict(evidence)), "evidence_sha256": evidence_sha256},
+        {
+            **key,
+            "verdict": verdict,
+            "reason": reason,
+            "evidence": Jsonb(dict(evidence)),
+            "evidence_sha256": evidence_sha256,
+        },
     ).rowcount
     if updated == 1:
         return True

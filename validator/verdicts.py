@@ -310,7 +310,13 @@ class _Flush:
 
 def _rejection_fields(row: SentRejection, validator: str, **more: object) -> dict[str, object]:
     """The `extra=` of a log line about one of our rejections."""
-    return {"pool": row.pool_id, "work_key": "0x" + row.work_key.hex(), "reason": row.reason, "validator": validator, **more}
+    return {
+        "pool": row.pool_id,
+        "work_key": "0x" + row.work_key.hex(),
+        "reason": row.reason,
+        "validator": validator,
+        **more,
+    }
 
 
 def _fields(row: DueRow, validator: str, **more: object) -> dict[str, object]:

@@ -208,6 +208,26 @@ def work_invalidated(cur: Cursor, e: IndexedEvent) -> None:
     cur.execute(sql.VERDICT, {**work, "verdict": "invalid", "validator": e.args["validator"], "reason": reason})
 
 
+def work_rejected(cur: Cursor, e: IndexedEvent) -> None:
+    # With no challenge window, WorkInvalidated follows in the same transaction and wins.
+    cur.execute(sql.WORK_STATUS, {**_work(e), "status": "rejected"})
+
+
+_RESTORED = {1: "pending", 2: "accepted"}
+"""IComputePool.WorkStatus values an overturned rejection can restore."""
+
+
+def rejection_overturned(cur: Cursor, e: IndexedEvent) -> None:
+    cur.execute(sql.WORK_STATUS, {**_work(e), "status": _RESTORED[int(e.args["restored"])]})
+
+
+def validator_slashed(cur: Cursor, e: IndexedEvent) -> None:
+    # The slashed validator's stake is projected from the StakeManager's Slashed event; here the
+    # credit of the validator who proved the verdict wrong.
+    account, amount = e.args["beneficiary"], int(e.args["amount"])
+    cur.execute(sql.REWARD, {**_work(e), "account": account, "kind": "slash_share", "amount": amount})
+
+
 def work_finalized(cur: Cursor, e: IndexedEvent) -> None:
     work = _work(e)
     reward, fee = int(e.args["reward"]), int(e.args["validatorFee"])
@@ -299,6 +319,9 @@ PROJECTORS: Mapping[str, Apply] = {
     "WorkSubmitted": work_submitted,
     "WorkAttested": work_attested,
     "WorkInvalidated": work_invalidated,
+    "WorkRejected": work_rejected,
+    "RejectionOverturned": rejection_overturned,
+    "ValidatorSlashed": validator_slashed,
     "WorkFinalized": work_finalized,
     "WorkForfeited": work_forfeited,
     "SlashDistributed": slash_distributed,

@@ -53,12 +53,13 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
 
     /// @inheritdoc IStakeManager
     function stake(uint256 amount) external nonReentrant {
-        if (amount == 0) revert StakeManagerZeroAmount();
-        address provider = _msgSender();
-        uint256 active = _active[provider] + amount;
-        _active[provider] = active;
-        emit Staked(provider, amount, active);
-        _token.safeTransferFrom(provider, address(this), amount);
+        _stake(_msgSender(), amount);
+    }
+
+    /// @inheritdoc IStakeManager
+    function stakeFor(address account, uint256 amount) external nonReentrant {
+        if (account == address(0)) revert StakeManagerZeroAddress();
+        _stake(account, amount);
     }
 
     /// @inheritdoc IStakeManager
@@ -207,6 +208,15 @@ contract StakeManager is IStakeManager, AccessControl, ReentrancyGuard {
     /// @inheritdoc IStakeManager
     function stakePerComputeUnit() external view returns (uint256) {
         return _stakePerComputeUnit;
+    }
+
+    /// @dev Credits `amount` to `account` and pulls it from the caller.
+    function _stake(address account, uint256 amount) private {
+        if (amount == 0) revert StakeManagerZeroAmount();
+        uint256 active = _active[account] + amount;
+        _active[account] = active;
+        emit Staked(account, amount, active);
+        _token.safeTransferFrom(_msgSender(), address(this), amount);
     }
 
     function _setUnbondingPeriod(uint64 newPeriod) private {

@@ -48,12 +48,18 @@ class DeployParams:
     """Additional stake per registered compute unit."""
     admin_is_minter: bool = True
     """Grant MINTER_ROLE on PoolToken to the admin (the devnet faucet); False on a real chain."""
+    min_validator_stake: int = 100 * TOKEN
+    """Active stake a validator needs for any verdict (`ComputePool.setValidatorStakeParams`)."""
+    validator_slash_amount: int = 50 * TOKEN
+    """Stake a validator loses per overturned verdict; at most `min_validator_stake`."""
 
     def __post_init__(self) -> None:
         if self.unbonding_period <= 0:
             raise ConfigError("unbonding_period must be positive")
         if self.min_stake < 0 or self.stake_per_compute_unit < 0:
             raise ConfigError("stake parameters must not be negative")
+        if not 0 <= self.validator_slash_amount <= self.min_validator_stake:
+            raise ConfigError("validator_slash_amount must be between 0 and min_validator_stake")
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,11 @@ def deploy_contracts(w3: Web3, sender: TxSender, params: DeployParams | None = N
     sender.send(stake_manager_contract.functions.setComputeRegistry(registry))
     sender.send(stake_manager_contract.functions.setWorkLedger(pool))
     grant_role(w3, sender, book, "SLASHER_ROLE", pool)
+    if params.min_validator_stake:
+        pool_contract = _contract(w3, book, "ComputePool")
+        sender.send(
+            pool_contract.functions.setValidatorStakeParams(params.min_validator_stake, params.validator_slash_amount)
+        )
     if params.admin_is_minter:
         grant_role(w3, sender, book, "MINTER_ROLE", admin)
     return book
@@ -158,8 +169,32 @@ def grant_role(w3: Web3, admin: TxSender, book: AddressBook, role: RoleName, acc
 
 
 def grant_validator(w3: Web3, admin: TxSender, book: AddressBook, validator: str) -> TxReceipt:
-    """Allow `validator` to attest and invalidate work in every pool (ComputePool VALIDATOR_ROLE)."""
-    return grant_role(w3, admin, book, "VALIDATOR_ROLE", validator)
+    """Allow `validator` to attest and invalidate work in every pool (ComputePool VALIDATOR_ROLE).
+
+    On a deployment with a faucet (the devnet) the admin also tops the validator's stake up to the
+    minimum a verdict needs (minted, then `StakeManager.stakeFor`); elsewhere the validator stakes
+    for itself (`proofpool validator stake`).
+    """
+    receipt = grant_role(w3, admin, book, "VALIDATOR_ROLE", validator)
+    if book.params.admin_is_minter:
+        stake_validator_from_faucet(w3, admin, book, validator)
+    return receipt
+
+
+def stake_validator_from_faucet(w3: Web3, admin: TxSender, book: AddressBook, validator: str) -> int:
+    """Devnet: mint and stake for `validator` what it lacks of the minimum validator stake; returns
+    the amount staked (0 when it has enough)."""
+    pool = _contract(w3, book, "ComputePool")
+    stake_manager = _contract(w3, book, "StakeManager")
+    token = _contract(w3, book, "PoolToken")
+    minimum = int(pool.functions.validatorStakeParams().call()[0])
+    lacking = minimum - int(stake_manager.functions.activeStake(to_checksum_address(validator)).call())
+    if lacking <= 0:
+        return 0
+    admin.send(token.functions.mint(admin.address, lacking))
+    admin.send(token.functions.approve(book.stake_manager, lacking))
+    admin.send(stake_manager.functions.stakeFor(to_checksum_address(validator), lacking))
+    return lacking
 
 
 def role_hash(role: str) -> bytes:

@@ -81,6 +81,7 @@ def _address_option(help_text: str) -> Any:
 class SubmissionStatus(StrEnum):
     pending = "pending"
     accepted = "accepted"
+    rejected = "rejected"
     invalid = "invalid"
     finalized = "finalized"
     forfeited = "forfeited"

@@ -105,7 +105,13 @@ def world(w3: Web3) -> World:
         actors["admin"].sender.transfer_eth(actors[name].address, 100 * 10**18)
 
     admin = actors["admin"]
-    params = DeployParams(unbonding_period=UNBONDING_PERIOD, min_stake=MIN_STAKE, stake_per_compute_unit=STAKE_PER_UNIT)
+    params = DeployParams(
+        unbonding_period=UNBONDING_PERIOD,
+        min_stake=MIN_STAKE,
+        stake_per_compute_unit=STAKE_PER_UNIT,
+        min_validator_stake=0,  # the validator-stake rules have their own tests (test_validator_accountability)
+        validator_slash_amount=0,
+    )
     book = deploy_contracts(w3, admin.sender, params)
     grant_role(w3, admin.sender, book, "VALIDATOR_ROLE", actors["validator"].address)
     grant_role(w3, admin.sender, book, "VALIDATOR_ROLE", actors["validator2"].address)

@@ -72,7 +72,11 @@ def _contest(world: World) -> Any:
 
 def _contest_error(world: World, actor: Actor) -> tuple[str, tuple]:
     if actor.address == world.validator.address:  # the reporter may not contest its own rejection
-        return "ComputePoolSelfVerdict", (world.c.pool.functions.poolCount().call(), work_key("contested"), actor.address)
+        return "ComputePoolSelfVerdict", (
+            world.c.pool.functions.poolCount().call(),
+            work_key("contested"),
+            actor.address,
+        )
     return _role_error("pool", "VALIDATOR_ROLE")(world, actor)
 
 

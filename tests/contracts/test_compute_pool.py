@@ -793,7 +793,9 @@ class TestWithdrawRewards:
     def test_provider_and_validator_withdraw_their_credits(self, world: World) -> None:
         key = accepted(world, "paid")
         world.validator.send(
-            world.c.pool.functions.invalidateWork(POOL_ID, submitted(world, "bad", node=world.node2), reason("x"), EVIDENCE)
+            world.c.pool.functions.invalidateWork(
+                POOL_ID, submitted(world, "bad", node=world.node2), reason("x"), EVIDENCE
+            )
         )
         world.chain.increase_time(DISPUTE_WINDOW)
         world.outsider.send(world.c.pool.functions.finalizeWork(POOL_ID, [key]))

@@ -153,7 +153,9 @@ class TestOpenWorkKeepsStakeBonded:
         world.c.attest(world.validator, POOL_ID, [key])
         with expect_revert("StakeManagerOpenWork", world.provider.address, 1):
             world.provider.send(world.c.stake.functions.withdraw())
-        receipt = world.validator2.send(world.c.pool.functions.invalidateWork(POOL_ID, key, reason("dispute"), EVIDENCE))
+        receipt = world.validator2.send(
+            world.c.pool.functions.invalidateWork(POOL_ID, key, reason("dispute"), EVIDENCE)
+        )
         assert world.c.event(receipt, "Slashed")["fromUnbonding"] == SLASH_AMOUNT
         assert world.c.work(POOL_ID, key)[2] == WORK_INVALID
 

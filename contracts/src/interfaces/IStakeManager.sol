@@ -106,6 +106,13 @@ interface IStakeManager {
     /// @param amount Tokens to stake; must be > 0.
     function stake(uint256 amount) external;
 
+    /// @notice Adds `amount` to `account`'s active stake, pulling the tokens from the caller (approve
+    /// first). Only `account` can unbond and withdraw it; used to fund a validator's stake from a
+    /// treasury or the devnet faucet. Emits {Staked}.
+    /// @param account The account whose stake grows.
+    /// @param amount Tokens to stake; must be > 0.
+    function stakeFor(address account, uint256 amount) external;
+
     /// @notice Moves `amount` of the caller's active stake into its unbonding bucket and restarts the
     /// bucket's maturity at now + unbondingPeriod. While the caller has registered compute units, the
     /// remaining active stake must stay >= requiredStake(caller). Emits {UnbondStarted}.
