@@ -22,8 +22,8 @@ from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
 from proofpool.chain.anvil import ANVIL_KEYS, start_anvil
-from proofpool.chain.bindings import NO_EVIDENCE
 from proofpool.chain.artifacts import load_artifact
+from proofpool.chain.bindings import NO_EVIDENCE
 from proofpool.chain.deploy import TOKEN, AddressBook, DeployParams, deploy_contracts, grant_validator
 from proofpool.chain.rpc import connect
 from proofpool.chain.signing import sign_invite, sign_node_ownership

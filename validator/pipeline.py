@@ -35,9 +35,9 @@ from proofpool.errors import ProofpoolError
 from proofpool.storage import rollout_key
 from proofpool.storage.s3 import ObjectNotFound, ObjectTooLarge
 from validator import store
-from validator.evidence import evidence_document, publish_evidence
 from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from validator.checks.verdict import reject
+from validator.evidence import evidence_document, publish_evidence
 from validator.resources import Resources
 from validator.submissions import (
     IndexedSubmission,
