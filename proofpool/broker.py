@@ -22,6 +22,9 @@ VALIDATE_SUBMISSION = "validator.validate_submission"
 """Task that validates one submission. Args: `pool_id` (int), `work_key` (0x-hex str)."""
 SEND_VERDICTS = "validator.send_verdicts"
 """Task that sends a validator's decided verdicts on-chain (no args; idempotent)."""
+REVIEW_REJECTION = "validator.review_rejection"
+"""Task that reviews another validator's rejection. Args: `pool_id`, `work_key` (0x-hex), `rejected_block`."""
+
 VALIDATE_QUEUE = "validate"
 """Validation tasks, consumed in parallel; the default queue of every proofpool Celery app."""
 VERDICTS_QUEUE = "verdicts"
@@ -33,6 +36,16 @@ def verdicts_queue(validator: str) -> str:
     verdicts: on a shared queue another validator's sender would take the task and leave this
     key's decided verdicts unsent."""
     return f"{VERDICTS_QUEUE}.{validator.lower()}"
+
+
+REVIEWS_QUEUE = "reviews"
+"""Prefix of the review queues: one per validator key (`reviews_queue`)."""
+
+
+def reviews_queue(validator: str) -> str:
+    """The queue of one validator's reviews, consumed by its validation slots. Per key, because every
+    validator reviews every rejection: on a shared queue one validator would take another's review."""
+    return f"{REVIEWS_QUEUE}.{validator.lower()}"
 
 
 TASK_ID_NAMESPACE = uuid.UUID("5d0b4a7e-3f3c-4a55-9a55-70726f6f6670")

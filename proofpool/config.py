@@ -167,6 +167,9 @@ class Settings(BaseSettings):
     """Accepted keys per `attestWork` transaction."""
     verdict_max_wait: float = Field(5.0, gt=0)
     """Seconds an accepted key waits for its batch to fill before it is attested anyway."""
+    validator_review_interval: float = Field(15.0, gt=0)
+    """Seconds between the verdict sender's looks for other validators' rejections to review (and for
+    its own rejections whose challenge window closes); keep it well under the pools' challenge windows."""
 
     # --- indexer ---
     confirmations: int = Field(0, ge=0)

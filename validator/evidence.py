@@ -7,7 +7,8 @@ The validator stores it in the object store at `proofpool.storage.evidence_key` 
 the verdict, and the transaction carries its sha256: `invalidateWork` and `contestRejection` the
 hash of one document, `attestWork` the sha256 of the batch's document hashes concatenated in the
 order of the batch's keys (`batch_evidence_sha256`). Anyone holding the documents can check a
-verdict's commitment, and a contesting validator recomputes the same rows to argue against it.
+verdict's commitment, and a contesting validator recomputes the file and commits to its own
+document (`verdict` "contest" or "upheld") with `contestRejection`.
 """
 
 from __future__ import annotations
@@ -49,10 +50,19 @@ def evidence_document(
     return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
 
 
-def publish_evidence(store: ObjectStore, pool_id: int, work_key: bytes, validator: str, document: bytes) -> bytes:
-    """Store `document` where the verdict's readers find it; returns its sha256 (the commitment)."""
+def publish_evidence(
+    store: ObjectStore,
+    pool_id: int,
+    work_key: bytes,
+    validator: str,
+    document: bytes,
+    *,
+    review_of_block: int | None = None,
+) -> bytes:
+    """Store `document` where the verdict's readers find it (a review's apart from the validator's own
+    verdict on the file); returns its sha256 (the commitment)."""
     digest = hashlib.sha256(document).digest()
-    key = evidence_key(pool_id, work_key.hex(), validator)
+    key = evidence_key(pool_id, work_key.hex(), validator, review_of_block=review_of_block)
     store.put_object(key, document, sha256_hex=digest.hex(), content_type=EVIDENCE_CONTENT_TYPE)
     return digest
 

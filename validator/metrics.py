@@ -20,6 +20,7 @@ VALIDATION_SECONDS = Histogram(
     buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
 )
 VALIDATED_TOKENS = Counter("proofpool_validated_tokens_total", "Completion tokens recomputed (TOPLOC + sampling).")
+REVIEWS = Counter("proofpool_reviews_total", "Reviews of other validators' rejections, by outcome.", ["outcome"])
 VERDICT_TXS = Counter("proofpool_verdict_transactions_total", "Verdicts sent on-chain, by kind.", ["kind"])
 TASK_RETRIES = Counter("proofpool_validation_retries_total", "Validation tasks retried, by error.", ["error"])
 

@@ -1,9 +1,11 @@
-"""The two Celery tasks: a thin shell over `validator.pipeline` and `validator.verdicts`.
+"""The Celery tasks: a thin shell over `validator.pipeline`, `validator.review` and `validator.verdicts`.
 
 `validate_submission(pool_id, work_key)` decides and records a verdict, then asks the verdict
-sender to flush. `send_verdicts()` sends what is due and, while accepted keys wait for their batch
-to fill, schedules itself again for when the oldest is due. Both are idempotent: a redelivered
-`validate_submission` finds its recorded decision, and a flush reads the chain before sending.
+sender to flush. `review_rejection(pool_id, work_key, rejected_block)` recomputes a file another
+validator rejected and records whether to contest. `send_verdicts()` sends what is due, queues
+reviews of new rejections, and schedules itself again: for when the oldest waiting key is due, and
+at most `validator_review_interval` later. All are idempotent: a redelivered task finds its
+recorded decision, and a flush reads the chain before sending.
 Only named transient errors are retried; a malformed file is a verdict, never an exception.
 Their soft time limits are enforced by `TimeLimitedTask` (the threads and solo pools ignore them):
 `SoftTimeLimitExceeded` fails the task like any other unexpected error.
@@ -17,14 +19,16 @@ import psycopg
 import requests
 from celery import Task
 
-from proofpool.broker import SEND_VERDICTS, VALIDATE_SUBMISSION, verdicts_queue
+from proofpool.broker import REVIEW_REJECTION, SEND_VERDICTS, VALIDATE_SUBMISSION, reviews_queue, verdicts_queue
 from proofpool.chain.errors import NonceConflict, TxTimeout
 from proofpool.errors import ServiceUnavailable
-from validator import metrics
+from validator import metrics, review_store
 from validator.celery_app import TimeLimitedTask, app
 from validator.models import ModelUnavailable
 from validator.pipeline import FileNotYetAvailable, HeldByAnother, Outcome, validate
-from validator.resources import resources
+from validator.resources import Resources, resources
+from validator.review import ReviewOutcome, review
+from validator.review_store import Review
 from validator.submissions import SubmissionNotIndexed
 from validator.verdicts import FlushBusy, flush_verdicts
 
@@ -77,6 +81,28 @@ def validate_submission(self: Task, pool_id: int, work_key: str) -> None:
 
 
 @app.task(
+    name=REVIEW_REJECTION,
+    base=TimeLimitedTask,  # runs in the validate worker's threads pool, which ignores soft_time_limit
+    bind=True,
+    autoretry_for=TRANSIENT_ERRORS,
+    retry_backoff=2,
+    retry_backoff_max=60,
+    retry_jitter=False,
+    max_retries=40,
+    soft_time_limit=600,
+)
+def review_rejection(self: Task, pool_id: int, work_key: str, rejected_block: int) -> None:
+    """Recompute a file another validator rejected; record a contest if it is valid."""
+    key = bytes.fromhex(work_key.removeprefix("0x"))
+    if self.request.retries:
+        metrics.TASK_RETRIES.labels("retry").inc()
+    outcome = review(resources(), Review(pool_id, key, rejected_block))
+    metrics.REVIEWS.labels(outcome.value).inc()
+    if outcome is ReviewOutcome.CONTEST:
+        app.send_task(SEND_VERDICTS, queue=verdicts_queue(resources().address))
+
+
+@app.task(
     name=SEND_VERDICTS,
     base=TimeLimitedTask,  # the verdict sender runs the solo pool, which ignores soft_time_limit
     bind=True,
@@ -101,8 +127,23 @@ def send_verdicts(self: Task) -> None:
     metrics.VERDICT_TXS.labels("attested").inc(result.attested)
     metrics.VERDICT_TXS.labels("invalidated").inc(result.invalidated)
     metrics.VERDICT_TXS.labels("superseded").inc(result.superseded)
+    metrics.VERDICT_TXS.labels("executed").inc(result.executed)
+    metrics.VERDICT_TXS.labels("contested").inc(result.contested)
+    _queue_reviews(res)
     if result.failed:
         log.warning("verdicts left for the next flush", extra={"validator": res.address, "failed": result.failed})
-        self.apply_async(countdown=FAILED_SEND_RETRY, queue=verdicts_queue(res.address))
-    elif result.next_due_in is not None:
-        self.apply_async(countdown=max(0.1, result.next_due_in), queue=verdicts_queue(res.address))
+        countdown = FAILED_SEND_RETRY
+    else:
+        countdown = min(result.next_due_in or float("inf"), res.settings.validator_review_interval)
+    # Always rescheduled: other validators' rejections and our own challenge windows need a look
+    # even when no new submission wakes the sender.
+    self.apply_async(countdown=max(0.1, countdown), queue=verdicts_queue(res.address))
+
+
+def _queue_reviews(res: Resources) -> None:
+    """Hand the rejections this validator has not reviewed yet to its validation slots."""
+    with res.connection() as conn:
+        queued = review_store.to_review(conn, res.address, lease_seconds=res.settings.validator_lease)
+    for target in queued:
+        args = [target.pool_id, "0x" + target.work_key.hex(), target.rejected_block]
+        app.send_task(REVIEW_REJECTION, args=args, queue=reviews_queue(res.address))

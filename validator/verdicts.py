@@ -8,7 +8,10 @@ commits each transaction's rows before the next transaction, so after a crash th
 finds what was mined (status no longer Pending) instead of sending twice. Then it settles this
 key's rejections: one whose pool's challenge window has passed uncontested is executed
 (`executeRejection`: the provider is slashed), one executed or overturned meanwhile is marked
-settled. Exactly one flusher runs per validator key; a PostgreSQL session lock enforces it.
+settled. Last, it sends the contests its reviews decided (`validator.review`) and settles them;
+a rejection overturned back to Pending is attested with the review's evidence, since nobody else
+will judge that file again. Exactly one flusher runs per validator key; a PostgreSQL session lock
+enforces it.
 
 See docs/validator-verdicts.md for the whole argument and every failure case.
 """
@@ -29,8 +32,9 @@ from proofpool.chain.bindings import NO_EVIDENCE, Work, WorkStatus
 from proofpool.chain.client import ChainClient
 from proofpool.chain.errors import ContractRevert, NonceConflict, TxTimeout
 from proofpool.errors import ProofpoolError, ServiceUnavailable
-from validator import store
+from validator import review_store, store
 from validator.evidence import batch_evidence_sha256
+from validator.review_store import Review
 from validator.store import DueRow, Key, SentRejection, VerdictKind
 
 log = logging.getLogger(__name__)
@@ -81,6 +85,8 @@ class FlushResult:
     """Rejections of ours whose challenge window passed, executed by this flush (`executeRejection`)."""
     overturned: int = 0
     """Rejections of ours found overturned by a quorum of other validators' contests."""
+    contested: int = 0
+    """Other validators' rejections this flush contested (`contestRejection`)."""
 
 
 Send = Callable[[Sequence[DueRow]], TxReceipt]
@@ -119,6 +125,7 @@ def flush_verdicts(
             for rows, send in work:
                 flush.deliver(rows, send)
             flush.settle_rejections(settle_limit)
+            flush.send_contests(settle_limit)
         except TRANSIENT_ERRORS as exc:
             # The chain is out of reach: every row not handled yet stays decided for the next flush
             # (an unsettled rejection stays unsettled: the next flush looks at it again).
@@ -145,7 +152,7 @@ class _Flush:
         self.conn = conn
         self.client = client
         self.me = client.address
-        kinds = ("attested", "invalidated", "superseded", "failed", "recovered", "executed", "overturned")
+        kinds = ("attested", "invalidated", "superseded", "failed", "recovered", "executed", "overturned", "contested")
         self.counts = dict.fromkeys(kinds, 0)
         self.handled: set[Key] = set()
         self.rejection_due_in: float | None = None
@@ -190,6 +197,64 @@ class _Flush:
                     self._settled(row, f"executed by this validator in {tx}", "executed")
                     continue
             self._settle_seen(row, work)
+
+    # --- contests of other validators' rejections ----------------------------------------------
+
+    def send_contests(self, limit: int) -> None:
+        """Send the contests our reviews decided; settle the contests sent before."""
+        with self.conn.transaction():
+            due = review_store.by_state(self.conn, self.me, "contest", limit=limit)
+            sent = review_store.by_state(self.conn, self.me, "sent", limit=limit)
+        for review in due:
+            self._contest(review)
+        for review in sent:
+            self._settle_contest(review)
+
+    def _contest(self, review: Review) -> None:
+        pool = self.client.pool
+        work = pool.get_work(review.pool_id, review.work_key)
+        rejection = pool.get_rejection(review.pool_id, review.work_key) if work.status is WorkStatus.REJECTED else None
+        if rejection is None:
+            self._review_skipped(review, f"settled before the contest went out: on-chain {work.status.name}")
+            return
+        if self.me in rejection.contesters:  # our contest was mined before a restart
+            with self.conn.transaction():
+                review_store.mark_sent(self.conn, review, self.me, None)
+            return
+        assert review.evidence_sha256 is not None  # the table's check: a contest has evidence
+        try:
+            receipt = pool.contest_rejection(review.pool_id, review.work_key, review.evidence_sha256)
+        except ContractRevert as revert:  # the window closed, or the quorum was reached, just now
+            self._review_skipped(review, f"contest refused: {revert}")
+            return
+        tx_hash = bytes(receipt["transactionHash"])
+        with self.conn.transaction():
+            review_store.mark_sent(self.conn, review, self.me, tx_hash)
+        self.counts["contested"] += 1
+        log.info("rejection contested", extra=_review_fields(review, self.me, tx="0x" + tx_hash.hex()))
+
+    def _settle_contest(self, review: Review) -> None:
+        pool = self.client.pool
+        work = pool.get_work(review.pool_id, review.work_key)
+        if work.status is WorkStatus.REJECTED:
+            return  # the window is still open (or the rejection waits to be executed)
+        note = f"on-chain {work.status.name}"
+        if work.status is WorkStatus.PENDING and review.evidence_sha256 is not None:
+            # Overturned back to Pending: the file's only verdict was the rejection, so nobody would
+            # judge it again. We recomputed it in full: attest it.
+            try:
+                pool.attest_work(review.pool_id, [review.work_key], review.evidence_sha256)
+                note = "overturned; attested by this validator"
+            except ContractRevert as revert:
+                note = f"overturned; attestation refused: {revert}"
+        with self.conn.transaction():
+            review_store.mark_settled(self.conn, review, self.me, note)
+        log.info("contest settled", extra=_review_fields(review, self.me, note=note))
+
+    def _review_skipped(self, review: Review, note: str) -> None:
+        with self.conn.transaction():
+            review_store.mark_skipped(self.conn, review, self.me, note)
+        log.info("contest not sent", extra=_review_fields(review, self.me, note=note))
 
     def _settle_seen(self, row: SentRejection, work: Work) -> None:
         if work.status is WorkStatus.REJECTED and work.validator == self.me:
@@ -306,6 +371,11 @@ class _Flush:
             "chain refused the verdicts, reading their status again",
             extra=_fields(rows[0], self.me, count=len(rows), revert=str(revert)),
         )
+
+
+def _review_fields(review: Review, validator: str, **more: object) -> dict[str, object]:
+    """The `extra=` of a log line about one of our contests."""
+    return {"pool": review.pool_id, "work_key": "0x" + review.work_key.hex(), "validator": validator, **more}
 
 
 def _rejection_fields(row: SentRejection, validator: str, **more: object) -> dict[str, object]:

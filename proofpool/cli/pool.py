@@ -40,6 +40,15 @@ def create(
     slash_amount: str = typer.Option("50", help="POOL slashed per invalid submission."),
     dispute_window: int = typer.Option(3600, min=1, help="Seconds after attestation before work finalizes."),
     validator_share_bps: int = typer.Option(5000, min=0, max=10000, help="Validator share of slashes (bps)."),
+    challenge_window: int = typer.Option(
+        0,
+        min=0,
+        help="Seconds a rejection waits, contestable by other validators, before it slashes (0: at once). "
+        "dispute window + challenge window must stay under the unbonding period.",
+    ),
+    contest_quorum: int = typer.Option(
+        1, min=1, max=32, help="Contests by other validators that overturn a rejection (with a challenge window)."
+    ),
     fund: str = typer.Option(None, help="Also fund the budget with this many POOL."),
     start: bool = typer.Option(False, "--start", help="Also start the pool."),
     key: KeyOption = None,
@@ -56,6 +65,8 @@ def create(
         slash_amount=parse_pool(slash_amount),
         dispute_window=dispute_window,
         validator_slash_share_bps=validator_share_bps,
+        challenge_window=challenge_window,
+        contest_quorum=contest_quorum,
     )
     pool_id, receipt = client.pool.create_pool(params)
     report_tx(client, f"created pool {pool_id}", receipt)
@@ -214,11 +225,13 @@ def status(
     _require_pool(client, pool_id)
     pool = client.pool.get_pool(pool_id)
     checkpoint = client.pool.latest_checkpoint(pool_id)
-    data = {**asdict(pool), "status": pool.status.name, "latest_checkpoint": asdict(checkpoint)}
+    rules = client.pool.challenge_rules(pool_id)
+    data = {**asdict(pool), **asdict(rules), "status": pool.status.name, "latest_checkpoint": asdict(checkpoint)}
     if as_json:
         print_json(data)
         return
-    for name in ("pool_id", "status", "creator", "manager", "treasury", "model_uri", "dispute_window"):
+    names = ("pool_id", "status", "creator", "manager", "treasury", "model_uri", "dispute_window")
+    for name in (*names, "challenge_window", "contest_quorum"):
         console.print(f"{name:24} {data[name]}")
     for name in ("reward_per_unit", "validator_fee", "slash_amount", "budget"):
         console.print(f"{name:24} {format_pool(data[name])} POOL")

@@ -63,7 +63,11 @@ def stake(
     rpc_url: RpcOption = None,
 ) -> None:
     """Stake tokens so your nodes may join pools (approves the StakeManager first if needed)."""
-    client = signer_client(key, rpc_url)
+    stake_tokens(signer_client(key, rpc_url), amount)
+
+
+def stake_tokens(client: ChainClient, amount: str) -> None:
+    """Stake `amount` POOL from the client's key, approving the StakeManager first if needed."""
     units = parse_pool(amount)
     approval = client.token.ensure_allowance(client.stake_manager.address, units)
     if approval is not None:

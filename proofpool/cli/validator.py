@@ -1,9 +1,11 @@
 """`proofpool validator`: run a validator (two Celery workers on one key) and see what it earned.
 
-`run` starts, as child processes of one supervisor, a worker on the `validate` queue (tasks in
+`run` starts, as child processes of one supervisor, a worker on the `validate` queue and the
+key's own `reviews.<address>` queue (validations and reviews of other validators' rejections, in
 parallel threads) and a worker on the `verdicts` queue (one slot: the key's only transaction
 sender). SIGTERM/Ctrl-C stops both; if either dies, the other is stopped too and the exit code
-says which failed, so a process supervisor restarts the pair.
+says which failed, so a process supervisor restarts the pair. `stake` puts up the stake every
+verdict needs.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def run(
     loglevel: Annotated[str, typer.Option(help="Celery log level.")] = "INFO",
 ) -> None:
     """Validate submissions and send verdicts on-chain with the validator key (needs VALIDATOR_ROLE)."""
-    from proofpool.broker import verdicts_queue
+    from proofpool.broker import reviews_queue, verdicts_queue
     from proofpool.chain.accounts import KEY_ENV, load_account
     from proofpool.chain.client import ChainClient
     from proofpool.cli.backend import check_services
@@ -62,6 +64,15 @@ def run(
         raise ConfigError(
             f"{account.address} has no VALIDATOR_ROLE on the ComputePool; the admin grants it "
             "(proofpool.chain.deploy.grant_validator)"
+        )
+    minimum, _ = client.pool.validator_stake_params()
+    active = client.stake_manager.active_stake(account.address)
+    if active < minimum:
+        from proofpool.chain.units import format_pool
+
+        raise ConfigError(
+            f"{account.address} has {format_pool(active)} POOL staked; a verdict needs {format_pool(minimum)} POOL: "
+            f"stake the rest with `proofpool validator stake {format_pool(minimum - active)}`"
         )
     served = ServedPools.configure(settings.served_pools, settings.served_managers, client.book.chain_id)
     check_off_devnet(settings, client.book.chain_id, [key or os.environ.get(KEY_ENV)])
@@ -83,7 +94,7 @@ def run(
         "validate": _celery(
             [
                 "-Q",
-                "validate",
+                f"validate,{reviews_queue(account.address)}",
                 "--pool",
                 "threads",
                 "-c",
@@ -145,6 +156,30 @@ def _supervise(children: dict[str, subprocess.Popen[bytes]]) -> int:
         except subprocess.TimeoutExpired:
             child.kill()
     return failed
+
+
+@app.command()
+def stake(
+    amount: Annotated[str, typer.Argument(help="POOL tokens, e.g. 100")],
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Stake tokens so the key may give verdicts (the ComputePool's minimum validator stake); an
+    overturned verdict costs the pool-independent validator slash. Unbond and withdraw with
+    `proofpool provider unbond` / `withdraw`: the StakeManager holds validators' and providers'
+    stake alike."""
+    from proofpool.chain.units import format_pool
+    from proofpool.cli.common import signer_client
+    from proofpool.cli.provider import stake_tokens
+
+    client = signer_client(key, rpc_url)
+    stake_tokens(client, amount)
+    minimum, slash = client.pool.validator_stake_params()
+    active = client.stake_manager.active_stake(client.address)
+    console.print(
+        f"active stake {format_pool(active)} POOL; a verdict needs {format_pool(minimum)} POOL, "
+        f"an overturned verdict costs {format_pool(slash)} POOL"
+    )
 
 
 @app.command()

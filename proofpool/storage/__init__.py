@@ -53,13 +53,15 @@ def rollout_key(pool_id: int, node: str, sha256_hex: str) -> str:
     return f"pools/{pool_id}/rollouts/{to_checksum_address(node)}/{normalize_sha256(sha256_hex)}.parquet"
 
 
-def evidence_key(pool_id: int, work_key_hex: str, validator: str) -> str:
-    """`pools/{pool}/evidence/{work key}/{validator}.json`: one validator's evidence for one verdict."""
+def evidence_key(pool_id: int, work_key_hex: str, validator: str, *, review_of_block: int | None = None) -> str:
+    """`pools/{pool}/evidence/{work key}/{validator}.json`: one validator's evidence for its verdict on
+    one file; `{validator}.review-{block}.json` for its review of the rejection mined in `block`."""
     if pool_id < 0:
         raise ValueError(f"pool_id must be >= 0, not {pool_id}")
     if not is_address(validator):
         raise ValueError(f"not an address: {validator!r}")
-    return f"pools/{pool_id}/evidence/{normalize_sha256(work_key_hex)}/{to_checksum_address(validator)}.json"
+    name = to_checksum_address(validator) + ("" if review_of_block is None else f".review-{review_of_block}")
+    return f"pools/{pool_id}/evidence/{normalize_sha256(work_key_hex)}/{name}.json"
 
 
 def parse_rollout_key(key: str) -> RolloutKey:

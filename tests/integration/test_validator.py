@@ -30,20 +30,20 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 
 from proofpool.chain.anvil import ANVIL_KEYS, free_port
-from proofpool.chain.bindings import WorkStatus, reason_text
+from proofpool.chain.bindings import NO_EVIDENCE, WorkStatus, reason_text
 from proofpool.chain.client import ChainClient
 from proofpool.chain.deploy import grant_validator
 from proofpool.chain.signing import sign_invite
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
-from proofpool.devnet.market import onboard_node
+from proofpool.devnet.market import devnet_pool_params, onboard_node
 from proofpool.devnet.services import Service, wait_until
 from proofpool.model.build import load_model
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.rollout.io import rollouts_table
-from proofpool.storage import ObjectStore, rollout_key
+from proofpool.storage import ObjectStore, evidence_key, rollout_key
 from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
 from tests.fixtures.pytorch_rows import assigned_rows
@@ -55,6 +55,8 @@ VERDICT_TIMEOUT = 120.0
 SMALL_UPLOAD_CAP = 1 << 20
 """The validators' file size limit in these tests (PROOFPOOL_UPLOAD_MAX_BYTES), so `huge` is 2 MiB."""
 SECOND_VALIDATOR = Account.from_key(ANVIL_KEYS[8])
+CHALLENGE_WINDOW = 240
+"""Seconds the contest test's pool gives a rejection (the review takes a few)."""
 
 
 def spawn_validator(market: Market, account: LocalAccount, name: str, metrics_port: int = 0) -> Service:
@@ -68,6 +70,7 @@ def spawn_validator(market: Market, account: LocalAccount, name: str, metrics_po
             "PROOFPOOL_UPLOAD_MAX_BYTES": str(SMALL_UPLOAD_CAP),
             "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(market.stack.root / "validator-checkpoints"),
             "PROOFPOOL_VERDICT_MAX_WAIT": "1",
+            "PROOFPOOL_VALIDATOR_REVIEW_INTERVAL": "1",
         },
     )
 
@@ -94,20 +97,19 @@ class Bench:
     def client(self) -> ChainClient:
         return self.market.stack.admin
 
-    def new_node(self) -> tuple[LocalAccount, ChainClient]:
+    def new_node(self, pool_id: int | None = None) -> tuple[LocalAccount, ChainClient]:
         """A fresh provider (minted, staked) with a fresh node that joined the pool by itself."""
         admin, cast = self.client, self.market.stack.cast
+        pool_id = pool_id or self.market.pool_id
         provider, node = Account.create(), Account.create()
         TxSender(admin.w3, cast.admin).transfer_eth(provider.address, 3 * 10**18)
         admin.token.mint(provider.address, 300 * TOKEN)
-        onboard_node(admin, provider, node, 200 * TOKEN, compute_units=1, pools=(self.market.pool_id,))
+        onboard_node(admin, provider, node, 200 * TOKEN, compute_units=1, pools=(pool_id,))
         as_node = admin.as_account(node)
         expiry = admin.w3.eth.get_block("latest")["timestamp"] + 3600
         nonce = int.from_bytes(os.urandom(8), "big")
         as_node.pool.join_pool(
-            sign_invite(
-                cast.manager, self.market.pool_id, node.address, nonce, expiry, admin.chain_id, admin.pool.address
-            )
+            sign_invite(cast.manager, pool_id, node.address, nonce, expiry, admin.chain_id, admin.pool.address)
         )
         return node, as_node
 
@@ -127,31 +129,34 @@ class Bench:
         )
         return key
 
-    def rows_for(self, node: str, batch: int = 0) -> list[RolloutSample]:
+    def rows_for(self, node: str, batch: int = 0, pool_id: int | None = None, version: int | None = None):
         """Honest rows of `node`'s batch `batch` (its own seed and problems, made with PyTorch):
         validators refuse rows of another node's batch."""
-        return assigned_rows(self.model, self.market.pool_id, node, self.honest_version, batch)
+        version = self.honest_version if version is None else version
+        return assigned_rows(self.model, pool_id or self.market.pool_id, node, version, batch)
 
     def submit_rows(
         self,
         change: Callable[[list[RolloutSample]], list[RolloutSample]] = list,
         version: int | None = None,
         batch: int = 0,
+        pool_id: int | None = None,
     ) -> bytes:
         """Submit a fresh node's honest rows of its batch `batch` (the orchestrator handed it
-        batch 0 only), passed through `change`, as its file."""
-        node, as_node = self.new_node()
-        rows = change(self.rows_for(node.address, batch))
-        key = self.upload(node.address, rollouts_bytes(RolloutFileMeta(self.market.pool_id, node.address), rows))
-        units = sum(len(r.completion_tokens) for r in rows)
+        batch 0 only), passed through `change`, as its file (in the market's pool, or `pool_id`)."""
+        pool_id = pool_id or self.market.pool_id
         version = self.honest_version if version is None else version
-        as_node.pool.submit_work(self.market.pool_id, node.address, key, units, version)
+        node, as_node = self.new_node(pool_id)
+        rows = change(self.rows_for(node.address, batch, pool_id, version))
+        key = self.upload(node.address, rollouts_bytes(RolloutFileMeta(pool_id, node.address), rows), pool_id)
+        units = sum(len(r.completion_tokens) for r in rows)
+        as_node.pool.submit_work(pool_id, node.address, key, units, version)
         return key
 
-    def upload(self, node: str, data: bytes) -> bytes:
+    def upload(self, node: str, data: bytes, pool_id: int | None = None) -> bytes:
         """Put `data` where validators look for a file of `node`; returns its work key."""
         key = hashlib.sha256(data).digest()
-        self.store.put_object(rollout_key(self.market.pool_id, node, key.hex()), data)
+        self.store.put_object(rollout_key(pool_id or self.market.pool_id, node, key.hex()), data)
         return key
 
     def verdict(self, key: bytes, timeout: float = VERDICT_TIMEOUT) -> tuple[str, str | None]:
@@ -222,6 +227,26 @@ def test_an_honest_workers_file_is_attested(bench: Bench) -> None:
             (bench.first_key,),
         ).fetchone()
     assert row == (bench.market.stack.cast.validator.address, "sent", "accepted", "true")
+
+
+def test_every_verdict_keeps_its_evidence_where_its_commitment_points(bench: Bench) -> None:
+    """The evidence document is in the object store and hashes to the commitment the verdict sent."""
+    bad = bench.submit(b"PAR1 this is not a parquet file")
+    assert bench.verdict(bad) == ("invalid", "not_parquet")
+    validator = bench.market.stack.cast.validator.address
+    for key, verdict in ((bench.first_key, "accepted"), (bad, "invalid")):
+        with psycopg.connect(bench.market.database_url) as conn:
+            (committed,) = conn.execute(
+                "SELECT evidence_sha256 FROM validations WHERE work_key = %s", (key,)
+            ).fetchone()
+        document = bench.store.get_object(evidence_key(bench.market.pool_id, key.hex(), validator))
+        assert hashlib.sha256(document).digest() == bytes(committed)
+        parsed = json.loads(document)
+        assert (parsed["file_sha256"], parsed["validator"], parsed["verdict"]) == (key.hex(), validator, verdict)
+    client = bench.market.stack.admin
+    logs = client.w3.eth.get_logs({"fromBlock": client.book.deploy_block, "address": client.pool.address})
+    (event,) = [e for e in client.decoder().decode_logs(logs) if e.name == "WorkRejected" and e.args["workKey"] == bad]
+    assert event.args["evidenceHash"] == bytes(committed)
 
 
 def with_table(rows: list[RolloutSample], node: str, pool_id: int, change: Callable[[pa.Table], pa.Table]) -> bytes:
@@ -332,6 +357,50 @@ def test_two_validators_never_both_judge_a_submission(bench: Bench) -> None:
         assert second.alive and bench.validator.alive
     finally:
         second.stop()
+
+
+def test_a_rogue_rejection_is_contested_by_recomputation_and_overturned(bench: Bench) -> None:
+    """The rogue-validator attack against the running market: in a pool with a challenge window, a
+    second validator key rejects an honest file the first attested. The first validator sees the
+    rejection indexed, recomputes the file, contests, and the quorum of one overturns it: the work
+    is Accepted again, the provider keeps its stake and the rogue validator pays its slash."""
+    admin, cast = bench.client, bench.market.stack.cast
+    params = replace(devnet_pool_params(cast), challenge_window=CHALLENGE_WINDOW, contest_quorum=1)
+    pool_id, _ = admin.pool.create_pool(params)
+    admin.token.approve(admin.pool.address, 100 * TOKEN)
+    admin.pool.fund_pool(pool_id, 100 * TOKEN)
+    admin.pool.start_pool(pool_id)
+    key = bench.submit_rows(pool_id=pool_id, version=0)  # no checkpoint: the base model
+    pool = admin.pool
+    wait_until(lambda: pool.get_work(pool_id, key).status is WorkStatus.ACCEPTED, timeout=VERDICT_TIMEOUT,
+               what="the honest file attested", service=bench.validator, poll=0.25)  # fmt: skip
+    provider = pool.get_work(pool_id, key).provider
+    stake_before = admin.stake_manager.active_stake(provider)
+    fee_before = pool.reward_balance(cast.validator.address)
+
+    rogue = admin.as_account(SECOND_VALIDATOR)
+    rogue.pool.invalidate_work(pool_id, key, "made_up", NO_EVIDENCE)
+    assert pool.get_work(pool_id, key).status is WorkStatus.REJECTED
+
+    wait_until(lambda: pool.get_work(pool_id, key).status is WorkStatus.ACCEPTED, timeout=CHALLENGE_WINDOW / 2,
+               what="the rejection overturned", service=bench.validator, poll=0.5)  # fmt: skip
+    logs = admin.w3.eth.get_logs({"fromBlock": admin.book.deploy_block, "address": pool.address})
+    events = [e for e in admin.decoder().decode_logs(logs) if e.args.get("workKey") == key]
+    (contest,) = [e for e in events if e.name == "RejectionContested"]
+    assert contest.args["validator"] == cast.validator.address
+    (slash,) = [e for e in events if e.name == "ValidatorSlashed"]
+    assert (slash.args["validator"], slash.args["beneficiary"]) == (SECOND_VALIDATOR.address, cast.validator.address)
+    assert admin.stake_manager.active_stake(provider) == stake_before
+    assert pool.reward_balance(cast.validator.address) == fee_before + slash.args["amount"] > fee_before
+    validator = cast.validator.address
+    with psycopg.connect(bench.market.database_url) as conn:
+        (state, committed) = conn.execute(
+            "SELECT state, evidence_sha256 FROM reviews WHERE work_key = %s AND validator = %s", (key, validator)
+        ).fetchone()
+    assert state in ("sent", "settled") and bytes(committed) == contest.args["evidenceHash"]
+    review_doc = [o for o in bench.store.list_objects(f"pools/{pool_id}/evidence/{key.hex()}/") if "review" in o.key]
+    (doc,) = review_doc
+    assert hashlib.sha256(bench.store.get_object(doc.key)).digest() == bytes(committed)
 
 
 def test_status_shows_verdicts_earnings_and_queues_and_metrics_are_served(bench: Bench) -> None:

@@ -410,3 +410,78 @@ def test_flush_commits_its_rows_and_releases_its_lock(world, conn, autocommit):
         assert {r[0] for r in rows(conn, keys)} == {"sent"}
         assert store.try_lock_flusher(conn, world.cast.validator.address)
         store.unlock_flusher(conn, world.cast.validator.address)
+
+
+CHALLENGE_WINDOW = 600
+
+
+def _challenge_pool(world: World) -> int:
+    """A second started pool whose rejections wait CHALLENGE_WINDOW seconds; alice's node joined."""
+    admin = world.client(world.cast.admin)
+    params = dataclasses.replace(devnet_pool_params(world.cast), challenge_window=CHALLENGE_WINDOW, contest_quorum=1)
+    pool_id, _ = admin.pool.create_pool(params)
+    admin.pool.start_pool(pool_id)
+    alice = world.client(world.cast.alice)
+    alice.pool.approve_pool(pool_id, 200 * TOKEN)
+    expiry = world.w3.eth.get_block("latest")["timestamp"] + 3600
+    node = world.cast.alice_node
+    alice.pool.join_pool(
+        sign_invite(world.cast.manager, pool_id, node.address, 7, expiry, alice.chain_id, alice.pool.address)
+    )
+    return pool_id
+
+
+def _rejected_by_us(world: World, conn: psycopg.Connection, pool_id: int, label: str) -> bytes:
+    """A fresh submission of alice's node in `pool_id`, decided invalid by our validator with evidence."""
+    key = hashlib.sha256(f"challenged-{label}".encode()).digest()
+    node = world.cast.alice_node
+    world.client(node).pool.submit_work(pool_id, node.address, key, 64, 0)
+    me = world.cast.validator.address
+    assert store.claim(conn, pool_id, key, me, lease_seconds=LEASE) is not None
+    evidence = hashlib.sha256(label.encode()).digest()
+    assert store.record_decision(conn, pool_id, key, me, "invalid", "made_up", {"row": 3}, evidence)
+    return key
+
+
+def test_a_rejection_is_executed_once_its_challenge_window_has_passed(world, conn, flush_conn):
+    pool_id = _challenge_pool(world)
+    key = _rejected_by_us(world, conn, pool_id, "waits")
+    start = world.w3.eth.block_number + 1
+    alice_stake = world.client().stake_manager.active_stake(world.cast.alice.address)
+
+    result = flush_verdicts(flush_conn, world.validator, **ALL_DUE)
+
+    assert result.invalidated == 1 and result.executed == 0
+    assert result.next_due_in is not None and 0 < result.next_due_in <= CHALLENGE_WINDOW  # come back then
+    (rejected,) = world.events("WorkRejected", start)
+    assert rejected["evidenceHash"] == hashlib.sha256(b"waits").digest()  # the recorded commitment
+    assert world.events("WorkInvalidated", start) == []
+    assert world.client().pool.get_work(pool_id, key).status is WorkStatus.REJECTED
+    assert flush_verdicts(flush_conn, world.validator, **ALL_DUE).executed == 0  # still inside the window
+
+    world.anvil.rpc("evm_increaseTime", [CHALLENGE_WINDOW])
+    world.anvil.rpc("evm_mine")
+    result = flush_verdicts(flush_conn, world.validator, **ALL_DUE)
+
+    assert result.executed == 1 and result.next_due_in is None
+    assert world.client().pool.get_work(pool_id, key).status is WorkStatus.INVALID
+    assert world.client().stake_manager.active_stake(world.cast.alice.address) == alice_stake - 50 * TOKEN
+    note, settled = conn.execute("SELECT note, settled_at FROM validations WHERE work_key = %s", (key,)).fetchone()
+    assert settled is not None and "executed by this validator" in note
+    assert flush_verdicts(flush_conn, world.validator, **ALL_DUE).executed == 0  # settled: not looked at again
+
+
+def test_an_overturned_rejection_is_settled_without_a_slash(world, conn, flush_conn):
+    pool_id = _challenge_pool(world)
+    key = _rejected_by_us(world, conn, pool_id, "contested")
+    assert flush_verdicts(flush_conn, world.validator, **ALL_DUE).invalidated == 1
+    world.validator2.pool.contest_rejection(pool_id, key, hashlib.sha256(b"recomputed: fine").digest())
+    assert world.client().pool.get_work(pool_id, key).status is WorkStatus.PENDING
+
+    result = flush_verdicts(flush_conn, world.validator, **ALL_DUE)
+
+    assert (result.overturned, result.executed) == (1, 0)
+    (note,) = conn.execute("SELECT note FROM validations WHERE work_key = %s", (key,)).fetchone()
+    assert "overturned: on-chain PENDING" in note
+    # The overturned verdict cost our validator its slash, credited to the contester.
+    assert world.client().pool.reward_balance(world.second.address) == 50 * TOKEN
