@@ -3,9 +3,10 @@
 `validate_submission(pool_id, work_key)` decides and records a verdict, then asks the verdict
 sender to flush. `review_rejection(pool_id, work_key, rejected_block)` recomputes a file another
 validator rejected and records whether to contest. `send_verdicts()` sends what is due, queues
-reviews of new rejections, and schedules itself again: for when the oldest waiting key is due, and
-at most `validator_review_interval` later. All are idempotent: a redelivered task finds its
-recorded decision, and a flush reads the chain before sending.
+reviews of new rejections, and schedules itself again for when the oldest waiting key is due;
+one periodic flush per key (`_tick`) runs every `validator_review_interval` on top. All are
+idempotent: a redelivered task finds its recorded decision, and a flush reads the chain before
+sending.
 Only named transient errors are retried; a malformed file is a verdict, never an exception.
 Their soft time limits are enforced by `TimeLimitedTask` (the threads and solo pools ignore them):
 `SoftTimeLimitExceeded` fails the task like any other unexpected error.
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 
 import psycopg
+import redis
 import requests
 from celery import Task
 
@@ -132,12 +134,28 @@ def send_verdicts(self: Task) -> None:
     _queue_reviews(res)
     if result.failed:
         log.warning("verdicts left for the next flush", extra={"validator": res.address, "failed": result.failed})
-        countdown = FAILED_SEND_RETRY
-    else:
-        countdown = min(result.next_due_in or float("inf"), res.settings.validator_review_interval)
-    # Always rescheduled: other validators' rejections and our own challenge windows need a look
-    # even when no new submission wakes the sender.
-    self.apply_async(countdown=max(0.1, countdown), queue=verdicts_queue(res.address))
+        self.apply_async(countdown=FAILED_SEND_RETRY, queue=verdicts_queue(res.address))
+    elif result.next_due_in is not None:
+        self.apply_async(countdown=max(0.1, result.next_due_in), queue=verdicts_queue(res.address))
+    _tick(self, res)
+
+
+def _tick(task: Task, res: Resources) -> None:
+    """Keep one periodic flush scheduled per key: other validators' rejections and our own
+    challenge windows need a look even when no submission wakes the sender. A Redis key that lives
+    one interval gates it, so the flushes that every validation task triggers (and a tick the
+    broker redelivers) do not each start a chain of their own."""
+    interval = res.settings.validator_review_interval
+    gate = redis.Redis.from_url(res.settings.redis_url, socket_connect_timeout=3, socket_timeout=3)
+    try:
+        first = gate.set(f"proofpool:validator:{res.address.lower()}:tick", "1", nx=True, px=int(interval * 1000))
+    except redis.RedisError as exc:  # the next validation task's flush tries again
+        log.warning("periodic flush not scheduled: %s", exc, extra={"validator": res.address})
+        return
+    finally:
+        gate.close()
+    if first:
+        task.apply_async(countdown=interval, queue=verdicts_queue(res.address))
 
 
 def _queue_reviews(res: Resources) -> None:
