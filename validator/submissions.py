@@ -66,7 +66,7 @@ class IndexedSubmission:
     work_units: int
     model_version: int
     status: str
-    """pending, accepted, rejected, invalid, finalized or forfeited (as indexed)."""
+    """pending, accepted, rejected, invalid, finalized, forfeited or expired (as indexed)."""
     submitted_at: datetime
     block_number: int
 

@@ -18,7 +18,7 @@ from rich.console import Console
 from proofpool.errors import ProofpoolError
 from proofpool.http.ledger_client import LedgerClient
 
-LEDGER_STATUSES = ("pending", "accepted", "rejected", "finalized", "invalid", "forfeited")
+LEDGER_STATUSES = ("pending", "accepted", "rejected", "finalized", "invalid", "forfeited", "expired")
 
 
 @dataclass

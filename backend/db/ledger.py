@@ -29,7 +29,7 @@ from psycopg.rows import class_row
 from psycopg.types.datetime import TimestamptzLoader
 from pydantic import ConfigDict, with_config
 
-SubmissionStatus = Literal["pending", "accepted", "rejected", "invalid", "finalized", "forfeited"]
+SubmissionStatus = Literal["pending", "accepted", "rejected", "invalid", "finalized", "forfeited", "expired"]
 PoolStatus = Literal["created", "active", "closed"]
 VerdictKind = Literal["accepted", "invalid"]
 RewardKind = Literal["provider_reward", "validator_fee", "slash_share", "withdrawal"]
@@ -155,7 +155,8 @@ class SubmissionRow:
     model_version: int
     """Checkpoint version the rollouts were generated with."""
     status: SubmissionStatus
-    """pending, accepted, rejected (waiting for its challenge window), invalid, finalized or forfeited."""
+    """pending, accepted, rejected (waiting for its challenge window), invalid, finalized, forfeited or
+    expired (never judged before its closed pool's wind-up ended)."""
     submitted_at: datetime
     """Time of the block that carried the submission."""
     block_number: int

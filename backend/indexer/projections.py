@@ -145,6 +145,11 @@ def pool_closed(cur: Cursor, e: IndexedEvent) -> None:
     cur.execute(sql.POOL_STATUS, {"pool_id": e.args["poolId"], "status": "closed", **_at(e)})
 
 
+def pool_budget_refunded(cur: Cursor, e: IndexedEvent) -> None:
+    # The event carries the budget left, as PoolFunded does.
+    cur.execute(sql.POOL_FUNDED, {"pool_id": e.args["poolId"], "budget": e.args["budget"], **_at(e)})
+
+
 # --- ComputePool: memberships ---------------------------------------------------------------
 
 
@@ -241,6 +246,10 @@ def work_forfeited(cur: Cursor, e: IndexedEvent) -> None:
     cur.execute(sql.WORK_STATUS, {**_work(e), "status": "forfeited"})
 
 
+def work_expired(cur: Cursor, e: IndexedEvent) -> None:
+    cur.execute(sql.WORK_STATUS, {**_work(e), "status": "expired"})
+
+
 def slash_distributed(cur: Cursor, e: IndexedEvent) -> None:
     work = _work(e)
     validator_share, treasury_share = int(e.args["validatorShare"]), int(e.args["treasuryShare"])
@@ -310,6 +319,7 @@ PROJECTORS: Mapping[str, Apply] = {
     "PoolFunded": pool_funded,
     "PoolStarted": pool_started,
     "PoolClosed": pool_closed,
+    "PoolBudgetRefunded": pool_budget_refunded,
     "PoolApproved": pool_approved,
     "PoolApprovalRevoked": pool_approval_revoked,
     "NodeJoined": node_joined,
@@ -324,6 +334,7 @@ PROJECTORS: Mapping[str, Apply] = {
     "ValidatorSlashed": validator_slashed,
     "WorkFinalized": work_finalized,
     "WorkForfeited": work_forfeited,
+    "WorkExpired": work_expired,
     "SlashDistributed": slash_distributed,
     "RewardsWithdrawn": rewards_withdrawn,
     "CheckpointPublished": checkpoint_published,

@@ -43,10 +43,12 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         uint64 challengeWindow;
         uint16 contestQuorum;
         address treasury;
+        uint40 closedAt;
         uint256 rewardPerUnit;
         uint256 validatorFee;
         uint256 slashAmount;
         uint256 budget;
+        uint256 reserved;
         string modelUri;
     }
 
@@ -97,13 +99,15 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         address[] contesters;
     }
 
-    /// @dev Pool values a finalizeWork batch reads once and the budget it carries between keys.
+    /// @dev Pool values a finalizeWork batch reads once and the budget and reservation it carries
+    /// between keys.
     struct Settlement {
         uint256 poolId;
         uint64 disputeWindow;
         uint256 rewardPerUnit;
         uint256 validatorFee;
         uint256 budget;
+        uint256 reserved;
     }
 
     IERC20 private immutable _token;
@@ -204,7 +208,22 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         Pool storage pool = _creatorOrManagerPool(poolId);
         if (pool.status == PoolStatus.Closed) revert ComputePoolClosed(poolId);
         pool.status = PoolStatus.Closed;
+        pool.closedAt = uint40(block.timestamp);
         emit PoolClosed(poolId, _msgSender());
+    }
+
+    /// @inheritdoc IComputePool
+    function refundBudget(uint256 poolId) external nonReentrant returns (uint256 amount) {
+        Pool storage pool = _creatorOrManagerPool(poolId);
+        _checkWindUpOver(pool, poolId);
+        uint256 budget = pool.budget;
+        amount = budget - pool.reserved;
+        if (amount == 0) revert ComputePoolNothingToRefund(poolId);
+        budget -= amount;
+        pool.budget = budget;
+        address creator = pool.creator;
+        emit PoolBudgetRefunded(poolId, creator, amount, budget);
+        _token.safeTransfer(creator, amount);
     }
 
     // ------------------------------------------------------------------ membership
@@ -306,25 +325,11 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
     {
         uint256 count = workKeys.length;
         if (count == 0) revert ComputePoolEmptyBatch(poolId);
-        mapping(bytes32 => Work) storage works = _work[poolId];
-        mapping(address => Member) storage members = _members[poolId];
         address validator = _msgSender();
         _checkValidatorStake(validator);
         emit AttestationEvidence(poolId, validator, evidenceHash, count);
-        uint40 now_ = uint40(block.timestamp);
-        for (uint256 i = 0; i < count; ++i) {
-            bytes32 workKey = workKeys[i];
-            WorkHead storage head = _checkAttestable(poolId, workKey, works[workKey], members, validator);
-            WorkStatus status = head.status;
-            if (status != WorkStatus.Pending) {
-                emit WorkSkipped(poolId, workKey, status);
-                continue;
-            }
-            head.status = WorkStatus.Accepted;
-            head.validator = validator;
-            head.statusSince = now_;
-            emit WorkAttested(poolId, workKey, validator);
-        }
+        (uint256 units, uint256 accepted) = _attestEach(poolId, workKeys, validator);
+        _reserve(poolId, units, accepted);
     }
 
     /// @inheritdoc IComputePool
@@ -433,7 +438,8 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
             disputeWindow: pool.disputeWindow,
             rewardPerUnit: pool.rewardPerUnit,
             validatorFee: pool.validatorFee,
-            budget: pool.budget
+            budget: pool.budget,
+            reserved: pool.reserved
         });
         mapping(bytes32 => Work) storage works = _work[poolId];
         mapping(address => Member) storage members = _members[poolId];
@@ -442,6 +448,30 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
             _finalizeOne(settlement, workKey, works[workKey], members);
         }
         pool.budget = settlement.budget;
+        pool.reserved = settlement.reserved;
+    }
+
+    /// @inheritdoc IComputePool
+    function expireWork(uint256 poolId, bytes32[] calldata workKeys) external {
+        uint256 count = workKeys.length;
+        if (count == 0) revert ComputePoolEmptyBatch(poolId);
+        _checkWindUpOver(_pools[poolId], poolId);
+        mapping(bytes32 => Work) storage works = _work[poolId];
+        for (uint256 i = 0; i < count; ++i) {
+            bytes32 workKey = workKeys[i];
+            Work storage work = works[workKey];
+            WorkStatus status = work.head.status;
+            if (status != WorkStatus.Pending) {
+                if (status == WorkStatus.None) revert ComputePoolWorkNotPending(poolId, workKey, status);
+                emit WorkSkipped(poolId, workKey, status);
+                continue;
+            }
+            work.head.status = WorkStatus.Expired;
+            work.head.statusSince = uint40(block.timestamp);
+            address node = work.body.node;
+            --_openWorkPlusOne[_members[poolId][node].provider];
+            emit WorkExpired(poolId, workKey, node);
+        }
     }
 
     /// @inheritdoc IComputePool
@@ -577,6 +607,13 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
             rejection.previous.status,
             rejection.contesters
         );
+    }
+
+    /// @inheritdoc IComputePool
+    function budgetReserved(uint256 poolId) external view returns (uint256 reserved, uint64 windUpEndsAt) {
+        Pool storage pool = _pools[poolId];
+        uint64 closedAt = pool.closedAt;
+        return (pool.reserved, closedAt == 0 ? 0 : closedAt + pool.disputeWindow);
     }
 
     /// @inheritdoc IComputePool
@@ -717,6 +754,53 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         }
     }
 
+    /// @dev Accepts the Pending keys of an attestWork batch; returns their work units and number.
+    function _attestEach(uint256 poolId, bytes32[] calldata workKeys, address validator)
+        private
+        returns (uint256 units, uint256 accepted)
+    {
+        mapping(bytes32 => Work) storage works = _work[poolId];
+        mapping(address => Member) storage members = _members[poolId];
+        uint40 now_ = uint40(block.timestamp);
+        for (uint256 i = 0; i < workKeys.length; ++i) {
+            bytes32 workKey = workKeys[i];
+            Work storage work = works[workKey];
+            WorkHead storage head = _checkAttestable(poolId, workKey, work, members, validator);
+            WorkStatus status = head.status;
+            if (status != WorkStatus.Pending) {
+                emit WorkSkipped(poolId, workKey, status);
+                continue;
+            }
+            head.status = WorkStatus.Accepted;
+            head.validator = validator;
+            head.statusSince = now_;
+            units += work.body.workUnits;
+            ++accepted;
+            emit WorkAttested(poolId, workKey, validator);
+        }
+    }
+
+    /// @dev Reserves the rewards and fees of `accepted` newly attested keys of `units` work units in
+    /// total; reverts when the unreserved budget cannot cover them.
+    function _reserve(uint256 poolId, uint256 units, uint256 accepted) private {
+        if (accepted == 0) return;
+        Pool storage pool = _pools[poolId];
+        uint256 needed = units * pool.rewardPerUnit + accepted * pool.validatorFee;
+        uint256 reserved = pool.reserved;
+        uint256 budget = pool.budget;
+        if (reserved + needed > budget) revert ComputePoolBudgetExhausted(poolId, needed, budget - reserved);
+        pool.reserved = reserved + needed;
+    }
+
+    /// @dev Reverts unless the pool is Closed and its wind-up (one dispute window after closing, for
+    /// validators to judge the work submitted before) is over.
+    function _checkWindUpOver(Pool storage pool, uint256 poolId) private view {
+        PoolStatus status = pool.status;
+        if (status != PoolStatus.Closed) revert ComputePoolNotClosed(poolId, status);
+        uint64 endsAt = uint64(pool.closedAt) + pool.disputeWindow;
+        if (block.timestamp < endsAt) revert ComputePoolWindUpNotOver(poolId, endsAt);
+    }
+
     /// @dev Reverts unless `validator` has the minimum validator stake active in the StakeManager.
     function _checkValidatorStake(address validator) private view {
         uint256 required = _minValidatorStake;
@@ -771,6 +855,7 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         }
         _distributeSlash(pool, poolId, workKey, provider, reporter);
         if (previous.status == WorkStatus.Accepted) {
+            pool.reserved -= uint256(work.body.workUnits) * pool.rewardPerUnit + pool.validatorFee;
             address[] memory paid = new address[](1);
             paid[0] = reporter;
             _slashValidator(poolId, workKey, previous.validator, paid);
@@ -833,6 +918,7 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
         if (member.state == MemberState.Slashed) {
             head.status = WorkStatus.Forfeited;
             head.statusSince = uint40(block.timestamp);
+            settlement.reserved -= uint256(body.workUnits) * settlement.rewardPerUnit + settlement.validatorFee;
             emit WorkForfeited(settlement.poolId, workKey, body.node);
             return;
         }
@@ -859,6 +945,8 @@ contract ComputePool is IComputePool, AccessControl, ReentrancyGuard, EIP712 {
             // needed <= budget, checked above.
             settlement.budget -= needed;
         }
+        // Reserved when the work was attested, with the same pool terms.
+        settlement.reserved -= needed;
         _rewards[provider] += reward;
         _rewards[validator] += fee;
         emit WorkFinalized(settlement.poolId, workKey, body.node, provider, reward, validator, fee);

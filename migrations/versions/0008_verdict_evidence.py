@@ -7,7 +7,8 @@ Every verdict commits on-chain to the sha256 of its evidence, a JSON document th
 keeps in the object store (`validator.evidence`): `validations.evidence_sha256` is that hash, so a
 restarted flusher sends the same commitment. A rejection in a pool with a challenge window is
 `Rejected` on-chain until the window passes (or a quorum of other validators contests it):
-`submissions.status` gains 'rejected', and `validations.settled_at` marks a sent rejection whose
+`submissions.status` gains 'rejected' (and 'expired': Pending work of a closed pool that nobody
+judged within its wind-up, `ComputePool.expireWork`), and `validations.settled_at` marks a sent rejection whose
 outcome (executed, or overturned) the reporting validator has seen, so its execution pass stops
 looking at it.
 
@@ -37,7 +38,7 @@ CREATE INDEX validations_unsettled ON validations (validator, sent_at)
     WHERE state = 'sent' AND verdict = 'invalid' AND settled_at IS NULL;
 ALTER TABLE submissions DROP CONSTRAINT submissions_status_check;
 ALTER TABLE submissions ADD CONSTRAINT submissions_status_check
-    CHECK (status IN ('pending', 'accepted', 'invalid', 'finalized', 'forfeited', 'rejected'));
+    CHECK (status IN ('pending', 'accepted', 'invalid', 'finalized', 'forfeited', 'rejected', 'expired'));
 
 CREATE TABLE reviews (
     pool_id          BIGINT NOT NULL,
@@ -60,7 +61,7 @@ CREATE INDEX reviews_open ON reviews (validator, state, queued_at) WHERE state I
 
 DOWNGRADE = """
 DROP TABLE IF EXISTS reviews;
-UPDATE submissions SET status = 'pending' WHERE status = 'rejected';
+UPDATE submissions SET status = 'pending' WHERE status IN ('rejected', 'expired');
 ALTER TABLE submissions DROP CONSTRAINT submissions_status_check;
 ALTER TABLE submissions ADD CONSTRAINT submissions_status_check
     CHECK (status IN ('pending', 'accepted', 'invalid', 'finalized', 'forfeited'));

@@ -56,6 +56,7 @@ class WorkStatus(IntEnum):
     FINALIZED = 4
     FORFEITED = 5
     REJECTED = 6
+    EXPIRED = 7
 
 
 @dataclass(frozen=True)
@@ -465,6 +466,19 @@ class ComputePool(ContractBinding):
         if int(executable_at) == 0:
             return None
         return Rejection(validator, reason_text(reason), int(executable_at), WorkStatus(previous), tuple(contesters))
+
+    def refund_budget(self, pool_id: int) -> TxReceipt:
+        """Creator or manager: refund to the creator what a closed pool's attested work does not need."""
+        return self._send(self.contract.functions.refundBudget(pool_id))
+
+    def expire_work(self, pool_id: int, work_keys: Sequence[bytes]) -> TxReceipt:
+        """Settle Pending work of a closed pool whose wind-up is over (anyone may): no pay, no slash."""
+        return self._send(self.contract.functions.expireWork(pool_id, list(work_keys)))
+
+    def budget_reserved(self, pool_id: int) -> tuple[int, int]:
+        """(budget reserved for attested work, end of the closed pool's wind-up or 0)."""
+        reserved, wind_up_ends_at = self._call(self.contract.functions.budgetReserved(pool_id))
+        return int(reserved), int(wind_up_ends_at)
 
     def challenge_rules(self, pool_id: int) -> ChallengeRules:
         window, quorum = self._call(self.contract.functions.challengeRules(pool_id))

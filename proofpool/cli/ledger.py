@@ -85,6 +85,7 @@ class SubmissionStatus(StrEnum):
     invalid = "invalid"
     finalized = "finalized"
     forfeited = "forfeited"
+    expired = "expired"
 
 
 class PoolStatus(StrEnum):

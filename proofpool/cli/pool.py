@@ -105,6 +105,19 @@ def start(
 
 
 @app.command()
+def close(
+    pool_id: int = typer.Argument(..., help="Pool id."), key: KeyOption = None, rpc_url: RpcOption = None
+) -> None:
+    """Close a pool (creator or manager): no more joins or submissions. Validators judge the work
+    submitted before during the wind-up (one dispute window); then `pool refund` returns the budget
+    no attested work needs, and unjudged work can be expired."""
+    client = signer_client(key, rpc_url)
+    report_tx(client, f"closed pool {pool_id}", client.pool.close_pool(pool_id))
+    _, ends_at = client.pool.budget_reserved(pool_id)
+    console.print(f"wind-up until unix time {ends_at}: `proofpool pool refund {pool_id}` after that")
+
+
+@app.command()
 def invite(
     pool_id: int = typer.Argument(..., help="Pool id."),
     node: str = typer.Argument(..., help="Address of the node to invite."),
@@ -212,6 +225,30 @@ def checkpoint(
     console.print(f"{'published_at':16} {published}")
     if anchored.tx_hash is not None:
         console.print(f"{'tx':16} 0x{anchored.tx_hash.hex()} in block {anchored.block_number}")
+
+
+@app.command()
+def refund(
+    pool_id: int = typer.Argument(..., help="A closed pool."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Refund to the creator the budget no attested work needs (creator or manager; the pool must be
+    closed and its wind-up, one dispute window after closing, over)."""
+    client = signer_client(key, rpc_url)
+    _require_pool(client, pool_id)
+    reserved, ends_at = client.pool.budget_reserved(pool_id)
+    if ends_at == 0:
+        raise ProofpoolError(f"pool {pool_id} is not closed: `proofpool pool close {pool_id}` first")
+    now = client.w3.eth.get_block("latest")["timestamp"]
+    if now < ends_at:
+        raise ProofpoolError(
+            f"pool {pool_id} winds up until unix time {ends_at} ({ends_at - now} s): validators may still "
+            "attest the work submitted before it closed"
+        )
+    budget = client.pool.get_pool(pool_id).budget
+    receipt = client.pool.refund_budget(pool_id)
+    report_tx(client, f"refunded {format_pool(budget - reserved)} POOL of pool {pool_id} to its creator", receipt)
 
 
 @app.command()

@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 import typer
 from eth_utils import is_address, to_checksum_address
@@ -119,15 +120,19 @@ def finalize(
     backend_url: BackendOption = None,
 ) -> None:
     """Settle your nodes' accepted work whose dispute window has passed: credits the rewards and
-    releases the stake behind it (stake with open work cannot be withdrawn). Anyone may finalize
-    anyone's work; this finds yours through the backend's ledger and checks each key on-chain."""
+    releases the stake behind it (stake with open work cannot be withdrawn). Pending work of a closed
+    pool that nobody judged before its wind-up ended is expired (no pay, no slash), which releases
+    its stake too. Anyone may settle anyone's work; this finds yours through the backend's ledger
+    and checks each key on-chain."""
     client = signer_client(key, rpc_url)
     filters: dict[str, object] = {"provider": client.address, "status": "accepted"}
     if pool_id is not None:
         filters["pool_id"] = pool_id
     with LedgerClient(backend_url or get_settings().backend_url, timeout=10.0) as ledger:
         rows = ledger.items("submissions", filters)
+        unjudged = ledger.items("submissions", {**filters, "status": "pending"})
     now = client.w3.eth.get_block("latest")["timestamp"]
+    _expire_unjudged(client, unjudged, now)
     due: dict[int, list[bytes]] = {}
     waiting = 0
     windows: dict[int, int] = {}
@@ -153,6 +158,26 @@ def finalize(
             report_tx(client, f"finalized {len(batch)} submission(s) in pool {pool}", receipt)
     if waiting:
         console.print(f"{waiting} accepted submission(s) still inside their dispute window")
+
+
+def _expire_unjudged(client: ChainClient, rows: list[dict[str, Any]], now: int) -> None:
+    """Expire the Pending keys among `rows` whose closed pool's wind-up is over."""
+    due: dict[int, list[bytes]] = {}
+    wind_up: dict[int, int] = {}
+    for row in rows:
+        pool = int(row["pool_id"])
+        if pool not in wind_up:
+            wind_up[pool] = client.pool.budget_reserved(pool)[1]  # 0 while the pool is not closed
+        if not 0 < wind_up[pool] <= now:
+            continue
+        work_key = bytes.fromhex(str(row["work_key"]).removeprefix("0x"))
+        if client.pool.get_work(pool, work_key).status is WorkStatus.PENDING:
+            due.setdefault(pool, []).append(work_key)
+    for pool, keys in sorted(due.items()):
+        for start in range(0, len(keys), FINALIZE_BATCH):
+            batch = keys[start : start + FINALIZE_BATCH]
+            receipt = client.pool.expire_work(pool, batch)
+            report_tx(client, f"expired {len(batch)} unjudged submission(s) of closed pool {pool}", receipt)
 
 
 @app.command("approve-pool")

@@ -29,7 +29,7 @@ class NodeLine:
     role: str
     """"honest" or the cheat mode."""
     counts: dict[str, int]
-    """Submissions by status (pending, accepted, rejected, invalid, finalized, forfeited)."""
+    """Submissions by status (pending, accepted, rejected, invalid, finalized, forfeited, expired)."""
     member_state: str
     slashed: int
     """Base units of the provider's stake slashed in this pool."""

@@ -13,7 +13,7 @@ import pytest
 
 from proofpool.chain.deploy import load_address_book, write_address_book
 from proofpool.errors import ConfigError
-from tests.contracts.conftest import POOL_ID, PROVIDER_STAKE, UNBONDING_PERIOD, World
+from tests.contracts.conftest import DISPUTE_WINDOW, POOL_ID, PROVIDER_STAKE, UNBONDING_PERIOD, World
 from tests.contracts.helpers import EVIDENCE, TOKEN, Actor, expect_revert, reason, work_key
 
 ACTORS = (
@@ -80,6 +80,13 @@ def _contest_error(world: World, actor: Actor) -> tuple[str, tuple]:
     return _role_error("pool", "VALIDATOR_ROLE")(world, actor)
 
 
+def _refund(world: World) -> Any:
+    """refundBudget of POOL_ID, closed and past its wind-up."""
+    world.creator.send(world.c.pool.functions.closePool(POOL_ID))
+    world.chain.increase_time(DISPUTE_WINDOW)
+    return world.c.pool.functions.refundBudget(POOL_ID)
+
+
 def _join_node3(world: World) -> Any:
     signature = world.c.invite(world.manager, POOL_ID, world.node3, 99, 10**10)
     return world.c.pool.functions.joinPool(POOL_ID, world.node3.address, 99, 10**10, signature)
@@ -127,6 +134,8 @@ CASES = [
                ("admin",), _role_error("pool", "DEFAULT_ADMIN_ROLE")),
     Restricted("ComputePool.startPool", lambda w: w.c.pool.functions.startPool(_created_pool(w)),
                ("creator", "manager"), lambda w, a: ("ComputePoolNotCreatorOrManager", (2, a.address))),
+    Restricted("ComputePool.refundBudget", _refund,
+               ("creator", "manager"), lambda w, a: ("ComputePoolNotCreatorOrManager", (POOL_ID, a.address))),
     Restricted("ComputePool.closePool", lambda w: w.c.pool.functions.closePool(POOL_ID),
                ("creator", "manager"), lambda w, a: ("ComputePoolNotCreatorOrManager", (POOL_ID, a.address))),
     Restricted("ComputePool.ejectNode", lambda w: w.c.pool.functions.ejectNode(POOL_ID, w.node1.address),

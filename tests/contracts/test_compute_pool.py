@@ -776,18 +776,6 @@ class TestFinalizeWork:
         again = world.outsider.send(world.c.pool.functions.finalizeWork(POOL_ID, [honest_looking]))
         assert world.c.event(again, "WorkSkipped")["status"] == WORK_FORFEITED
 
-    def test_budget_exhausted_reverts_with_needed_and_available(self, world: World) -> None:
-        per_key = 10 * REWARD_PER_UNIT + VALIDATOR_FEE
-        pool_id = make_pool(world, budget=per_key + 3 * TOKEN)
-        world.c.join(world.provider, world.manager, pool_id, world.node1, 7, FAR)
-        keys = [accepted(world, f"costly-{i}", pool_id=pool_id) for i in range(2)]
-        world.chain.increase_time(DISPUTE_WINDOW)
-        fn = world.c.pool.functions.finalizeWork(pool_id, keys)
-        with expect_revert("ComputePoolBudgetExhausted", pool_id, per_key, 3 * TOKEN):
-            world.outsider.send(fn)
-        world.outsider.send(world.c.pool.functions.finalizeWork(pool_id, keys[:1]))
-        assert budget(world, pool_id) == 3 * TOKEN
-
 
 class TestWithdrawRewards:
     def test_provider_and_validator_withdraw_their_credits(self, world: World) -> None:

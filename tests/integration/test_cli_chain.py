@@ -142,3 +142,28 @@ def test_errors_print_one_line_and_exit_1(anvil, tmp_path):
     assert done.returncode == 1
     assert done.stderr.strip().startswith("error: no deployment for chain 31337")
     assert "Traceback" not in done.stderr
+
+
+def test_a_pool_with_a_challenge_window_closes_and_refunds_its_budget(cli, anvil):
+    """`pool create --challenge-window`, `pool status`, `validator stake`, `pool close`, `pool refund`."""
+    admin = Account.from_key(ADMIN).address
+    validator = Account.from_key(ANVIL_KEYS[3])
+    cli("contracts", "deploy", "--key", ADMIN)
+    cli("contracts", "mint", admin, "1000", "--key", ADMIN)
+    cli("contracts", "mint", validator.address, "500", "--key", ADMIN)
+    out = " ".join(cli("validator", "stake", "100", "--key", validator.key.hex()).output.split())
+    assert "a verdict needs 100 POOL" in out and "an overturned verdict costs 50 POOL" in out
+    args = ("--challenge-window", "600", "--contest-quorum", "2", "--dispute-window", "60")
+    cli("pool", "create", *args, "--fund", "100", "--start", "--key", ADMIN)
+    pool = json.loads(cli("pool", "status", "1", "--json").output)
+    assert (pool["challenge_window"], pool["contest_quorum"], pool["dispute_window"]) == (600, 2, 60)
+    too_long = cli("pool", "create", "--challenge-window", str(7 * 24 * 3600), "--key", ADMIN, fails=True)
+    assert too_long.name == "ComputePoolInvalidChallengeRules"
+
+    assert "not closed" in str(cli("pool", "refund", "1", "--key", ADMIN, fails=True))
+    assert "wind-up until unix time" in " ".join(cli("pool", "close", "1", "--key", ADMIN).output.split())
+    assert "winds up until unix time" in str(cli("pool", "refund", "1", "--key", ADMIN, fails=True))
+    anvil.rpc("evm_increaseTime", [60])
+    anvil.rpc("evm_mine")
+    assert "refunded 100 POOL of pool 1" in " ".join(cli("pool", "refund", "1", "--key", ADMIN).output.split())
+    assert int(json.loads(cli("pool", "status", "1", "--json").output)["budget"]) == 0

@@ -54,12 +54,20 @@ def test_rejections_overturns_and_validator_slashes_are_projected(fresh_anvil, c
     admin.pool.execute_rejection(pool_id, executed)
     # a rejection made after the window moved on waits in its own window
     admin.as_account(contester).pool.invalidate_work(pool_id, late, "made_up", hashlib.sha256(late).digest())
+    # The pool closes; after its wind-up the creator takes the budget back and the overturned,
+    # never re-judged file expires.
+    manager = admin.as_account(cast.manager)
+    manager.pool.close_pool(pool_id)
+    w3.provider.make_request("evm_increaseTime", [params.dispute_window])
+    w3.provider.make_request("evm_mine", [])
+    manager.pool.refund_budget(pool_id)
+    admin.pool.expire_work(pool_id, [overturned])
 
     make_indexer(w3, book, clean_database, batch_blocks=2).run(once=True)
 
     statuses = dict(query(clean_database, "SELECT work_key, status FROM submissions WHERE pool_id = %s", (pool_id,)))
     assert {bytes(k): s for k, s in statuses.items()} == {
-        overturned: "pending",
+        overturned: "expired",
         executed: "invalid",
         waiting: "rejected",
         late: "rejected",
@@ -73,6 +81,8 @@ def test_rejections_overturns_and_validator_slashes_are_projected(fresh_anvil, c
             " GROUP BY account",
         )
     )
+    ((indexed_budget,),) = query(clean_database, "SELECT budget FROM pools WHERE pool_id = %s", (pool_id,))
+    assert int(indexed_budget) == admin.pool.get_pool(pool_id).budget == 0
     for account in (cast.validator.address, contester.address):
         assert int(balances.get(account, 0)) == admin.pool.reward_balance(account) > 0, account
 

@@ -327,7 +327,8 @@ def test_approve_pool_commits_at_most_the_chosen_stake_and_can_only_be_raised(
 
 def test_withdraw_waits_for_open_work_and_finalize_settles_it(cli, market, alice_keystore, chain_snapshot):
     """Alice's node has one pending and one accepted submission: her matured unbonding stays bonded
-    until both are settled; `provider finalize` settles the accepted one once its window passed."""
+    until both are settled; `provider finalize` settles the accepted one once its window passed, and
+    the pending one once its pool closed and wound up."""
     alice, chain, anvil = market.world.cast.alice.address, market.client, market.world.anvil
     key, env = ("--key", str(alice_keystore)), {KEY_PASSWORD_ENV: PASSWORD}
     assert chain.pool.open_work(alice) == 2
@@ -342,3 +343,13 @@ def test_withdraw_waits_for_open_work_and_finalize_settles_it(cli, market, alice
     assert chain.pool.open_work(alice) == 1
     out = cli("provider", "finalize", "--backend-url", market.backend_url, *key, env=env)
     assert out.startswith("nothing to finalize (0 accepted submission(s) still inside their dispute window)")
+
+    # The pool closes with the pending file never judged: after the wind-up, `finalize` expires it
+    # and the stake is free.
+    market.client.as_account(market.world.cast.manager).pool.close_pool(market.pool_id)
+    anvil.rpc("evm_increaseTime", [DISPUTE_WINDOW])
+    anvil.rpc("evm_mine")
+    out = cli("provider", "finalize", "--backend-url", market.backend_url, *key, env=env)
+    assert f"expired 1 unjudged submission(s) of closed pool {market.pool_id}" in " ".join(out.split())
+    assert chain.pool.open_work(alice) == 0
+    assert "withdrew unbonded stake" in cli("provider", "withdraw", *key, env=env)

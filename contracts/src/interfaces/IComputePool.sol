@@ -28,7 +28,8 @@ interface IComputePool is IWorkLedger {
     /// @notice Life cycle of a submission: Pending -> Accepted -> Finalized | Forfeited, or
     /// Pending | Accepted (within the dispute window) -> Rejected -> Invalid once the pool's challenge
     /// window passes uncontested (at once when the window is 0), or back to the status it had when a
-    /// quorum of other validators contests the rejection.
+    /// quorum of other validators contests the rejection. Pending work of a Closed pool whose wind-up
+    /// is over can be Expired (no pay, no slash).
     enum WorkStatus {
         None,
         Pending,
@@ -36,7 +37,8 @@ interface IComputePool is IWorkLedger {
         Invalid,
         Finalized,
         Forfeited,
-        Rejected
+        Rejected,
+        Expired
     }
 
     /// @notice Parameters of a new pool.
@@ -173,6 +175,20 @@ interface IComputePool is IWorkLedger {
     event ValidatorSlashed(
         uint256 indexed poolId, bytes32 indexed workKey, address indexed validator, address beneficiary, uint256 amount
     );
+
+    /// @notice The creator took back the part of a Closed pool's budget that no attested work needs.
+    /// @param poolId The pool.
+    /// @param creator The pool's creator, who received `amount`.
+    /// @param amount Tokens refunded.
+    /// @param budget The budget left (what attested work still needs).
+    event PoolBudgetRefunded(uint256 indexed poolId, address indexed creator, uint256 amount, uint256 budget);
+
+    /// @notice Pending `workKey` of a Closed pool was never judged within the wind-up and is settled
+    /// without pay or slash; its provider's stake is no longer held for it.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @param node The submitting node.
+    event WorkExpired(uint256 indexed poolId, bytes32 indexed workKey, address indexed node);
 
     /// @notice A key of an attestWork or finalizeWork batch was left alone: another transaction
     /// already moved it past the state the batch expects (attested, invalidated or settled first).
@@ -382,6 +398,20 @@ interface IComputePool is IWorkLedger {
     /// @param workKey The submission.
     /// @param validator The caller.
     error ComputePoolAlreadyContested(uint256 poolId, bytes32 workKey, address validator);
+
+    /// @notice The pool is not Closed.
+    /// @param poolId The pool.
+    /// @param status Its status.
+    error ComputePoolNotClosed(uint256 poolId, PoolStatus status);
+
+    /// @notice The Closed pool's wind-up (one dispute window after closing) runs until `endsAt`.
+    /// @param poolId The pool.
+    /// @param endsAt When refunds and expiries become possible.
+    error ComputePoolWindUpNotOver(uint256 poolId, uint64 endsAt);
+
+    /// @notice Attested work needs the whole budget: there is nothing to refund.
+    /// @param poolId The pool.
+    error ComputePoolNothingToRefund(uint256 poolId);
 
     /// @notice A zero address was given where a contract or account is needed.
     error ComputePoolZeroAddress();
@@ -718,6 +748,20 @@ interface IComputePool is IWorkLedger {
     /// @param workKeys Non-empty list of Accepted submissions.
     function finalizeWork(uint256 poolId, bytes32[] calldata workKeys) external;
 
+    /// @notice Refunds to the creator the budget no attested work needs, once the pool is Closed and
+    /// its wind-up (one dispute window after closing) is over. Creator or manager only; the tokens go
+    /// to the creator. Emits {PoolBudgetRefunded}.
+    /// @param poolId The pool.
+    /// @return amount Tokens refunded.
+    function refundBudget(uint256 poolId) external returns (uint256 amount);
+
+    /// @notice Settles Pending work of a Closed pool whose wind-up is over as Expired: no pay, no
+    /// slash, the provider's stake no longer held for it. Anyone may call. A key no longer Pending is
+    /// skipped with {WorkSkipped}; a key never submitted reverts. Emits {WorkExpired} per key.
+    /// @param poolId The pool.
+    /// @param workKeys Non-empty list of Pending submissions.
+    function expireWork(uint256 poolId, bytes32[] calldata workKeys) external;
+
     /// @notice Transfers the caller's whole credited balance (rewards, fees, slash shares).
     /// Emits {RewardsWithdrawn}.
     /// @return amount Tokens transferred.
@@ -851,6 +895,13 @@ interface IComputePool is IWorkLedger {
             WorkStatus previous,
             address[] memory contesters
         );
+
+    /// @notice What the pool's attested work still needs from the budget, and when a Closed pool's
+    /// wind-up ends (0 while it is not Closed).
+    /// @param poolId The pool.
+    /// @return reserved Rewards and fees of Accepted (and Rejected-after-attestation) work not yet settled.
+    /// @return windUpEndsAt Close time plus the dispute window.
+    function budgetReserved(uint256 poolId) external view returns (uint256 reserved, uint64 windUpEndsAt);
 
     /// @notice The stake every verdict needs and what an overturned verdict costs.
     /// @return minValidatorStake Active stake a validator needs.
