@@ -154,7 +154,7 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
 
 def _challenged_verdicts(bench: Bench, node: LocalAccount, manager: LocalAccount) -> None:
     """A pool with a challenge window: a rejection that waits, one overturned by a contest, one
-    executed after the window."""
+    executed after the window; then the pool closes, refunds its budget and expires unjudged work."""
     pool = bench.contract("ComputePool")
     addr = {name: sender.address for name, sender in bench.senders.items()}
     params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10)
@@ -167,8 +167,8 @@ def _challenged_verdicts(bench: Bench, node: LocalAccount, manager: LocalAccount
     chain_id = bench.w3.eth.chain_id
     invite = sign_invite(manager, pool_id, node.address, 100, expiry, chain_id, bench.book.compute_pool)
     bench.send("provider", pool.functions.joinPool(pool_id, node.address, 100, expiry, invite.signature))
-    contested, executed = Web3.keccak(text="contested"), Web3.keccak(text="executed")
-    for key in (contested, executed):
+    contested, executed, unjudged = (Web3.keccak(text=t) for t in ("contested", "executed", "unjudged"))
+    for key in (contested, executed, unjudged):
         bench.send("node", pool.functions.submitWork(pool_id, node.address, key, 4096, 1))
     reason = b"made_up".ljust(32, b"\x00")
     gas = bench.send("validator", pool.functions.invalidateWork(pool_id, contested, reason, NO_EVIDENCE))
@@ -178,6 +178,12 @@ def _challenged_verdicts(bench: Bench, node: LocalAccount, manager: LocalAccount
     bench.send("validator2", pool.functions.invalidateWork(pool_id, executed, reason, NO_EVIDENCE))
     bench.increase_time(CHALLENGE_WINDOW)
     bench.record("executeRejection", bench.send("anyone", pool.functions.executeRejection(pool_id, executed)))
+
+    bench.send("creator", pool.functions.fundPool(pool_id, 1_000 * TOKEN))
+    bench.record("closePool", bench.send("creator", pool.functions.closePool(pool_id)))
+    bench.increase_time(DISPUTE_WINDOW)
+    bench.record("refundBudget", bench.send("creator", pool.functions.refundBudget(pool_id)))
+    bench.record("expireWork, batch 1", bench.send("anyone", pool.functions.expireWork(pool_id, [unjudged])))
 
 
 def main() -> int:

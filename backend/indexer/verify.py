@@ -66,6 +66,7 @@ NOT_COMPARED: Mapping[str, str] = {
     "outbox": "dispatch state of validation tasks (sent or not), not chain data",
     "validations": "the validators' off-chain work state (claims, leases, evidence)",
     "batch_claims": "which file each assigned batch was accepted for: validator state, off-chain",
+    "reviews": "the validators' reviews of each other's rejections: off-chain work state",
     "node_announcements": "what nodes told the backend, off-chain",
     "pool_invites": "invites the manager key signed, off-chain",
     "node_batches": "per-node batch counters of the orchestrator, off-chain",

@@ -94,7 +94,11 @@ def test_indexing_the_same_range_twice_gives_the_same_rows(loop_world, clean_dat
     ).run(once=True)
 
     assert again.events == len(first["chain_events"]) and again.new_events == 0
-    assert snapshot(clean_database) == first
+    second = snapshot(clean_database)
+    # Block headers are kept for every block with a log and every range start and end (reorg
+    # detection), so other range boundaries add headers; nothing else changes.
+    assert set(first.pop("chain_blocks")) <= set(second.pop("chain_blocks"))
+    assert second == first
 
 
 def test_from_block_never_jumps_ahead_of_the_cursor(loop_world, clean_database):

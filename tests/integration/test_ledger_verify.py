@@ -146,7 +146,8 @@ def test_tampered_and_deleted_rows_are_reported_exactly(loop_world, clean_databa
     missing, changed = listed
     assert missing["chain"]["address"] == bob and missing["database"] is None
     assert (changed["column"], changed["chain"], changed["database"]) == ("status", status, "pending")
-    assert (out["tables"]["providers"]["chain_rows"], out["tables"]["providers"]["database_rows"]) == (2, 1)
+    # alice and bob, and the two validators the faucet staked for (a staker is a `providers` row)
+    assert (out["tables"]["providers"]["chain_rows"], out["tables"]["providers"]["database_rows"]) == (4, 3)
 
     text = run_verify(loop_world, clean_database, tmp_path)
     assert text.exit_code == 1, text.output
