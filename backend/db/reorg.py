@@ -1,5 +1,6 @@
 """Validator state that a reorg leaves dangling: the `batch_claims` (revision 0005) and
-`validations` (revision 0004) rows of submissions whose `WorkSubmitted` the reorg removed.
+`validations` (revision 0004) rows of submissions whose `WorkSubmitted` the reorg removed, and the
+`reviews` (revision 0008) of rejections the reorg removed.
 
 Neither table is a chain projection (no block_number, not rebuilt from events), so the rollback
 of the chain tables does not reach them. Left in place, a removed submission's batch claim makes
@@ -31,8 +32,11 @@ DELETE_VALIDATOR_STATE_FROM = """
         DELETE FROM validations v USING removed r
          WHERE v.pool_id = r.pool_id AND v.work_key = r.work_key
         RETURNING 1
+    ), reviewed AS (
+        DELETE FROM reviews WHERE rejected_block >= %(block)s
+        RETURNING 1
     )
-    SELECT (SELECT count(*) FROM claims), (SELECT count(*) FROM decisions)"""
+    SELECT (SELECT count(*) FROM claims), (SELECT count(*) FROM decisions), (SELECT count(*) FROM reviewed)"""
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,8 @@ class ValidatorStateRemoved:
 
     batch_claims: int
     validations: int
+    reviews: int = 0
+    """Reviews of rejections mined at or above the fork point (the rejection is gone with them)."""
 
 
 def delete_validator_state_from(conn: Connection, block: int) -> ValidatorStateRemoved:
@@ -48,4 +54,4 @@ def delete_validator_state_from(conn: Connection, block: int) -> ValidatorStateR
     (run it before the raw events are deleted: they say which submissions those are)."""
     row = conn.execute(DELETE_VALIDATOR_STATE_FROM, {"block": block}).fetchone()
     assert row is not None  # an aggregate always returns a row
-    return ValidatorStateRemoved(batch_claims=int(row[0]), validations=int(row[1]))
+    return ValidatorStateRemoved(batch_claims=int(row[0]), validations=int(row[1]), reviews=int(row[2]))
