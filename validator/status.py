@@ -12,7 +12,7 @@ from typing import Any
 import psycopg
 import redis
 
-from proofpool.broker import VALIDATE_QUEUE, VERDICTS_QUEUE, verdicts_queue
+from proofpool.broker import REVIEWS_QUEUE, VALIDATE_QUEUE, VERDICTS_QUEUE, reviews_queue, verdicts_queue
 from proofpool.chain.client import ChainClient
 from proofpool.config import Settings
 from proofpool.errors import ProofpoolError
@@ -49,6 +49,7 @@ def validator_status(client: ChainClient, settings: Settings, address: str) -> d
         data["queue_depth"] = {
             VALIDATE_QUEUE: int(broker.llen(VALIDATE_QUEUE)),
             VERDICTS_QUEUE: int(broker.llen(verdicts_queue(address))),
+            REVIEWS_QUEUE: int(broker.llen(reviews_queue(address))),
         }
     except (redis.RedisError, ValueError) as exc:
         data["queue_error"] = f"broker unreachable or not Redis: {exc}"

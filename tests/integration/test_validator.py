@@ -32,7 +32,7 @@ from eth_account.signers.local import LocalAccount
 from proofpool.chain.anvil import ANVIL_KEYS, free_port
 from proofpool.chain.bindings import NO_EVIDENCE, WorkStatus, reason_text
 from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import grant_validator
+from proofpool.chain.deploy import grant_validator, stake_validator_from_faucet
 from proofpool.chain.signing import sign_invite
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
@@ -231,7 +231,7 @@ def test_an_honest_workers_file_is_attested(bench: Bench) -> None:
 
 def test_every_verdict_keeps_its_evidence_where_its_commitment_points(bench: Bench) -> None:
     """The evidence document is in the object store and hashes to the commitment the verdict sent."""
-    bad = bench.submit(b"PAR1 this is not a parquet file")
+    bad = bench.submit(b"PAR1 not a parquet file either")
     assert bench.verdict(bad) == ("invalid", "not_parquet")
     validator = bench.market.stack.cast.validator.address
     for key, verdict in ((bench.first_key, "accepted"), (bad, "invalid")):
@@ -401,6 +401,8 @@ def test_a_rogue_rejection_is_contested_by_recomputation_and_overturned(bench: B
     review_doc = [o for o in bench.store.list_objects(f"pools/{pool_id}/evidence/{key.hex()}/") if "review" in o.key]
     (doc,) = review_doc
     assert hashlib.sha256(bench.store.get_object(doc.key)).digest() == bytes(committed)
+    # The slashed key is below the minimum now; the later tests run it as a validator again.
+    stake_validator_from_faucet(admin.w3, TxSender(admin.w3, cast.admin), admin.book, SECOND_VALIDATOR.address)
 
 
 def test_status_shows_verdicts_earnings_and_queues_and_metrics_are_served(bench: Bench) -> None:
@@ -417,12 +419,12 @@ def test_status_shows_verdicts_earnings_and_queues_and_metrics_are_served(bench:
         assert reply.returncode == 0, reply.stderr
         status = json.loads(reply.stdout)
         assert status["has_validator_role"] is True
-        invalid = len(BAD_FILES) + 1  # and the duplicate batch
+        invalid = len(BAD_FILES) + 2  # and the duplicate batch, and the evidence test's file
         assert status["verdicts_sent"]["invalid"] == invalid
         assert status["verdicts_sent"]["accepted"] >= 3
         assert status["slashes_reported"] == invalid
         assert int(status["slash_shares_earned"]) > 0
-        assert set(status["queue_depth"]) == {"validate", "verdicts"}
+        assert set(status["queue_depth"]) == {"validate", "verdicts", "reviews"}
 
         def served() -> bool:
             try:
