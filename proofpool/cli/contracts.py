@@ -16,7 +16,7 @@ from proofpool.chain.networks import DEVNET_CHAIN_ID
 from proofpool.chain.rpc import connect
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import parse_pool
-from proofpool.cli.common import JsonOption, KeyOption, RpcOption, console, print_json
+from proofpool.cli.common import JsonOption, KeyOption, RpcOption, console, print_json, report_tx, signer_client
 from proofpool.config import get_settings
 from proofpool.errors import ProofpoolError
 
@@ -39,6 +39,10 @@ def deploy(
     unbonding_days: float = typer.Option(7.0, help="Unbonding period in days (must exceed every dispute window)."),
     min_stake: str = typer.Option("100", help="Base stake (POOL) a provider with compute units must keep."),
     stake_per_unit: str = typer.Option("10", help="Extra stake (POOL) per registered compute unit."),
+    min_validator_stake: str = typer.Option("100", help="Stake (POOL) a validator needs for any verdict."),
+    validator_slash: str = typer.Option(
+        "50", help="Stake (POOL) a validator loses per overturned verdict; at most --min-validator-stake."
+    ),
     faucet: bool | None = typer.Option(
         None,
         "--faucet/--no-faucet",
@@ -53,6 +57,8 @@ def deploy(
         unbonding_period=int(unbonding_days * 86400),
         min_stake=parse_pool(min_stake),
         stake_per_compute_unit=parse_pool(stake_per_unit),
+        min_validator_stake=parse_pool(min_validator_stake),
+        validator_slash_amount=parse_pool(validator_slash),
         admin_is_minter=w3.eth.chain_id == DEVNET_CHAIN_ID if faucet is None else faucet,
     )
     book = deploy_contracts(w3, TxSender(w3, load_account(key)), params)
@@ -60,6 +66,19 @@ def deploy(
     for name, address in book.addresses.items():
         console.print(f"{name:16} {address}")
     console.print(f"address book written to {path}")
+
+
+@app.command("validator-stake")
+def validator_stake(
+    minimum: str = typer.Argument(..., help="Stake (POOL) a validator needs for any verdict (0: none)."),
+    slash: str = typer.Argument(..., help="Stake (POOL) a validator loses per overturned verdict (<= MINIMUM)."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Set what validators stake and what an overturned verdict costs them (admin key only)."""
+    client = signer_client(key, rpc_url)
+    receipt = client.pool.set_validator_stake_params(parse_pool(minimum), parse_pool(slash))
+    report_tx(client, f"validators need {minimum} POOL staked; an overturned verdict costs {slash} POOL", receipt)
 
 
 @app.command()

@@ -167,3 +167,10 @@ def test_a_pool_with_a_challenge_window_closes_and_refunds_its_budget(cli, anvil
     anvil.rpc("evm_mine")
     assert "refunded 100 POOL of pool 1" in " ".join(cli("pool", "refund", "1", "--key", ADMIN).output.split())
     assert int(json.loads(cli("pool", "status", "1", "--json").output)["budget"]) == 0
+
+    cli("contracts", "validator-stake", "200", "80", "--key", ADMIN)
+    out = " ".join(cli("validator", "stake", "100", "--key", validator.key.hex()).output.split())
+    assert "active stake 200 POOL; a verdict needs 200 POOL, an overturned verdict costs 80 POOL" in out
+    refused = cli("contracts", "validator-stake", "10", "80", "--key", ADMIN, fails=True)
+    assert refused.name == "ComputePoolInvalidValidatorSlash"
+    assert int(json.loads(cli("pool", "status", "1", "--json").output)["budget"]) == 0
