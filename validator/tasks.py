@@ -53,17 +53,20 @@ FAILED_SEND_RETRY = 5.0
 """Seconds before verdicts whose transaction failed (RPC down) are tried again."""
 
 
-@app.task(
-    name=VALIDATE_SUBMISSION,
-    base=TimeLimitedTask,  # the validate worker runs the threads pool, which ignores soft_time_limit
-    bind=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=False,
-    max_retries=40,
-    soft_time_limit=600,
-)
+JUDGING_TASK: dict[str, object] = {
+    "base": TimeLimitedTask,  # the validate worker runs the threads pool, which ignores soft_time_limit
+    "bind": True,
+    "autoretry_for": TRANSIENT_ERRORS,
+    "retry_backoff": 2,
+    "retry_backoff_max": 60,
+    "retry_jitter": False,
+    "max_retries": 40,
+    "soft_time_limit": 600,
+}
+"""Options of the tasks that judge a file in a validation slot (a submission, or a review)."""
+
+
+@app.task(name=VALIDATE_SUBMISSION, **JUDGING_TASK)
 def validate_submission(self: Task, pool_id: int, work_key: str) -> None:
     """Validate one submission (args from the indexer's outbox) and record the verdict."""
     key = bytes.fromhex(work_key.removeprefix("0x"))
@@ -82,17 +85,7 @@ def validate_submission(self: Task, pool_id: int, work_key: str) -> None:
         app.send_task(SEND_VERDICTS, queue=verdicts_queue(resources().address))
 
 
-@app.task(
-    name=REVIEW_REJECTION,
-    base=TimeLimitedTask,  # runs in the validate worker's threads pool, which ignores soft_time_limit
-    bind=True,
-    autoretry_for=TRANSIENT_ERRORS,
-    retry_backoff=2,
-    retry_backoff_max=60,
-    retry_jitter=False,
-    max_retries=40,
-    soft_time_limit=600,
-)
+@app.task(name=REVIEW_REJECTION, **JUDGING_TASK)
 def review_rejection(self: Task, pool_id: int, work_key: str, rejected_block: int) -> None:
     """Recompute a file another validator rejected; record a contest if it is valid."""
     key = bytes.fromhex(work_key.removeprefix("0x"))

@@ -373,28 +373,21 @@ class _Flush:
         )
 
 
+def _key_fields(pool_id: int, work_key: bytes, validator: str, **more: object) -> dict[str, object]:
+    """The `extra=` of a log line about one submission."""
+    return {"pool": pool_id, "work_key": "0x" + work_key.hex(), "validator": validator, **more}
+
+
 def _review_fields(review: Review, validator: str, **more: object) -> dict[str, object]:
-    """The `extra=` of a log line about one of our contests."""
-    return {"pool": review.pool_id, "work_key": "0x" + review.work_key.hex(), "validator": validator, **more}
+    """... about one of our contests."""
+    return _key_fields(review.pool_id, review.work_key, validator, **more)
 
 
 def _rejection_fields(row: SentRejection, validator: str, **more: object) -> dict[str, object]:
-    """The `extra=` of a log line about one of our rejections."""
-    return {
-        "pool": row.pool_id,
-        "work_key": "0x" + row.work_key.hex(),
-        "reason": row.reason,
-        "validator": validator,
-        **more,
-    }
+    """... about one of our rejections."""
+    return _key_fields(row.pool_id, row.work_key, validator, reason=row.reason, **more)
 
 
 def _fields(row: DueRow, validator: str, **more: object) -> dict[str, object]:
-    """The `extra=` of a log line about `row`."""
-    return {
-        "pool": row.pool_id,
-        "work_key": "0x" + row.work_key.hex(),
-        "verdict": row.verdict,
-        "validator": validator,
-        **more,
-    }
+    """... about a decided verdict."""
+    return _key_fields(row.pool_id, row.work_key, validator, verdict=row.verdict, **more)
