@@ -1,6 +1,6 @@
 """The validator's checks as pure functions: bytes + the chain's facts + the pool's rules -> a Verdict.
 
-No Celery, database, chain or store here (STYLE.md section 6): `validator/tasks.py` fetches the
+No Celery, database, chain or store here: `validator/tasks.py` fetches the
 inputs and records the verdict; anyone holding the file can re-run `run_checks` and get the same
 verdict. See docs/validator-checks.md for the order of the checks and every reason code.
 """
