@@ -46,7 +46,6 @@ from proofpool.http.node_api import Unservable as UnservableReport
 from proofpool.http.signed_client import ApiRefused
 from proofpool.rollout import RolloutFileMeta
 from proofpool.storage.s3 import ObjectStore
-from worker.cheat import Cheater, CheatMode
 from worker.console import WorkerConsole
 from worker.engine import EngineConfig
 from worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
@@ -54,6 +53,7 @@ from worker.lookahead import Generated, Lookahead, next_assignment
 from worker.models import EngineSlot, ModelResolver, Unservable
 from worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
 from worker.rollout import RolloutFile, generate_rollout_file
+from worker.strategy import Honest, RolloutStrategy
 from worker.submit import SubmitRefused, stale_reason, submit, upload
 
 log = logging.getLogger(__name__)
@@ -94,8 +94,8 @@ class WorkerConfig:
     """The validators' version window: a journaled batch older than latest - window is not submitted."""
     backoff: Backoff = field(default_factory=Backoff)
     specs: dict[str, Any] = field(default_factory=dict)
-    cheat: CheatMode | None = None
-    """Devnet drills only: make dishonest rollout files this way (see `worker.cheat`); None: honest."""
+    strategy: RolloutStrategy = field(default_factory=Honest)
+    """How rollout files are made and sent (`worker.strategy`): honest, except in devnet drills."""
 
 
 class WorkerNode:
@@ -120,7 +120,7 @@ class WorkerNode:
         self.journal = Journal(config.state_dir)
         self.models = ModelResolver(client, store, config.checkpoint_cache_dir, config.base_model, console.say)
         self.engines = EngineSlot(config.engine, console.say)
-        self.cheater = Cheater(config.cheat, console.say) if config.cheat else None
+        self.strategy = config.strategy
         self.generated = 0
         self.submitted = 0
         self._to_report: JournalEntry | None = None
@@ -279,7 +279,7 @@ class WorkerNode:
             return
         try:
             path = retry(
-                lambda: self.cheater.model_path(a, self.models.resolve) if self.cheater else self.models.resolve(a),
+                lambda: self.strategy.model_path(a, self.models.resolve),
                 what="checkpoint",
                 stop=self.stop,
                 backoff=self.config.backoff,
@@ -336,7 +336,7 @@ class WorkerNode:
                 model_version=a.checkpoint_version,
             )
 
-        rollout = self.cheater.make_file(a, meta, generate) if self.cheater else generate()
+        rollout = self.strategy.make_file(a, meta, generate)
         return Generated(a, path, rollout, time.monotonic() - started)
 
     def heartbeat(self) -> Heartbeat:
@@ -365,7 +365,7 @@ class WorkerNode:
         A `fresh` batch (generated moments ago from the current assignment) skips the check before
         the upload; `submit` still checks right before `submitWork`, which is the check that counts.
         """
-        window = None if self.cheater else self.config.async_window  # a stale-version cheater sends anyway
+        window = self.config.async_window if self.strategy.checks_staleness else None
         if window is not None and not fresh:  # before the upload too: no point storing what will not be sent
             stale = self._chain(lambda: stale_reason(self.client, entry, window), "staleness")
             if stale is not None:
@@ -378,7 +378,7 @@ class WorkerNode:
         try:
             sent = submit(
                 self.client,
-                self.cheater.on_chain(entry) if self.cheater else entry,
+                self.strategy.on_chain(entry),
                 self.stop,
                 self.config.backoff,
                 window,

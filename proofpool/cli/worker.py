@@ -6,6 +6,7 @@ uploads and `submitWork`, and pays that transaction's gas.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import signal
 import threading
@@ -18,7 +19,7 @@ from rich.table import Table
 from proofpool.cli.common import JsonOption, RpcOption, console, print_json
 from proofpool.cli.logs import enable_progress_logs
 from proofpool.config import get_settings
-from worker.cheat import CheatMode
+from proofpool.devnet.adversary import CheatMode
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -107,7 +108,6 @@ def run(
         idle_interval=idle_interval,
         specs={"cores": _cores()},
         async_window=settings.async_window,
-        cheat=cheat,
     )
     stop = threading.Event()
 
@@ -126,6 +126,10 @@ def run(
     ) as api:
         view = WorkerConsole(account.address, backend_url or settings.backend_url)
         view.say(f"worker for pool {pool}, node {account.address}, journal in {config.state_dir}")
+        if cheat is not None:
+            from proofpool.devnet.adversary import Cheater
+
+            config = dataclasses.replace(config, strategy=Cheater(cheat, view.say))
         WorkerNode(config, account, client, api, ObjectStore.from_settings, view, stop).run()
 
 

@@ -32,6 +32,7 @@ from proofpool.chain.deploy import grant_validator
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
+from proofpool.devnet.adversary import CheatMode, other_model
 from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
 from proofpool.devnet.market import NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node, time_travel
 from proofpool.devnet.progress import Snapshot, live_table, read_snapshot, status_line
@@ -43,7 +44,6 @@ from proofpool.model.cache import ensure_devnet_model
 from proofpool.storage import rollout_key
 from proofpool.storage.s3 import ObjectStore
 from proofpool.storage.seaweed import start_seaweed
-from worker.cheat import CheatMode, other_model
 
 POOL_BUDGET = 5_000 * TOKEN
 """Enough for a long demo: about 3 POOL per accepted file (work units plus the validator's fee)."""

@@ -37,6 +37,7 @@ from proofpool.chain.signing import sign_invite
 from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 from proofpool.config import get_settings
+from proofpool.devnet.adversary import reencode
 from proofpool.devnet.market import devnet_pool_params, onboard_node
 from proofpool.devnet.services import Service, wait_until
 from proofpool.model.build import load_model
@@ -47,7 +48,6 @@ from proofpool.storage import ObjectStore, evidence_key, rollout_key
 from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
 from tests.fixtures.pytorch_rows import assigned_rows
-from worker.cheat import reencode
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 

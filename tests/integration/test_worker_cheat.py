@@ -32,6 +32,7 @@ from proofpool.chain.tx import TxSender
 from proofpool.chain.units import TOKEN
 from proofpool.checkpoint import publish_checkpoint
 from proofpool.config import get_settings
+from proofpool.devnet.adversary import EXPECTED_REASONS, CheatMode, banner, other_model
 from proofpool.devnet.market import onboard_node
 from proofpool.devnet.services import Service, wait_until
 from proofpool.model.build import init_model
@@ -39,7 +40,6 @@ from proofpool.model.cache import ensure_devnet_model
 from proofpool.storage import ObjectStore
 from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
-from worker.cheat import EXPECTED_REASONS, CheatMode, banner, other_model
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 

@@ -21,13 +21,7 @@ from typing import Any
 import pytest
 
 from proofpool.assignment import sampling_seed, task_ids
-from proofpool.http.node_api import Assignment
-from proofpool.model.tokenizer import EOS_ID, decode_tokens, encode_text
-from proofpool.rl.advantages import group_advantages
-from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
-from proofpool.tasks.arithmetic import Problem, problem_from_id, reward
-from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
-from worker.cheat import (
+from proofpool.devnet.adversary import (
     STALE_VERSION,
     Cheater,
     CheatMode,
@@ -37,6 +31,12 @@ from worker.cheat import (
     reencode,
     restamp_version,
 )
+from proofpool.http.node_api import Assignment
+from proofpool.model.tokenizer import EOS_ID, decode_tokens, encode_text
+from proofpool.rl.advantages import group_advantages
+from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
+from proofpool.tasks.arithmetic import Problem, problem_from_id, reward
+from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from worker.journal import BatchState, JournalEntry
 from worker.rollout import RolloutFile, work_units
 
@@ -217,7 +217,7 @@ def rows_of(file: RolloutFile) -> list[RolloutSample]:
 
 def test_a_cheater_says_it_is_cheating(caplog: pytest.LogCaptureFixture) -> None:
     said: list[str] = []
-    with caplog.at_level(logging.WARNING, logger="worker.cheat"):
+    with caplog.at_level(logging.WARNING, logger="proofpool.devnet.adversary"):
         cheater = Cheater(CheatMode.EDIT_TOKENS, said.append)
         cheater.make_file(assignment(), META, honest_file)
     assert all("CHEATING (edit-tokens)" in line for line in said) and len(said) == 2

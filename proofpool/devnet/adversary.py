@@ -2,8 +2,9 @@
 
 The validators' checks are only worth what they catch, so the devnet needs workers that cheat the
 way a dishonest provider would, through the real loop (join, heartbeat, upload, `submitWork`) and
-not only through files forged in a test. A cheating worker is an honest `WorkerNode` with three
-hooks, all here, that change how its rollout files are made and nothing else:
+not only through files forged in a test. A cheating worker is an honest `WorkerNode` whose
+`worker.strategy.RolloutStrategy` is a `Cheater`: three hooks, all here, that change how its rollout
+files are made and nothing else, and no staleness check before sending:
 
 - `Cheater.model_path`: which model directory generates (and so proves) the batch;
 - `Cheater.make_file`: the rollout file, from an honest generation or instead of one;
@@ -184,10 +185,13 @@ def other_model(progress: Callable[[str], None] | None = None) -> Path:
 
 
 class Cheater:
-    """A worker's cheat: the three hooks `worker.node.WorkerNode` calls when `--cheat` is given.
+    """A worker's cheat: the `worker.strategy.RolloutStrategy` of `proofpool worker run --cheat`.
 
     State lives in memory only (the `replay` cheat's first batch): a restarted cheater starts over.
     """
+
+    checks_staleness = False
+    """A `stale-version` cheater sends batches the window refuses; every cheater skips the check."""
 
     def __init__(self, mode: CheatMode, say: Callable[[str], None]) -> None:
         self.mode = mode
