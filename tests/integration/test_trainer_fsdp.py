@@ -24,8 +24,8 @@ from proofpool.model.build import ModelSpec, create_model, load_model
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.rollout import RolloutSample
 from proofpool.tasks.arithmetic import generate_problems
+from tests.fixtures.local_rollouts import generate_rollouts
 from trainer.config import GrpoConfig
-from trainer.local_rollouts import generate_rollouts
 from trainer.step import grpo_step, make_optimizer
 from trainer.world import SINGLE, World, full_state_dict, shard_model
 

@@ -24,10 +24,10 @@ from proofpool.model.tokenizer import EOS_ID
 from proofpool.model.warmup import EVAL_PROBLEMS, EVAL_SEED, Accuracy, evaluate
 from proofpool.sampling import sample_tokens
 from proofpool.tasks.arithmetic import ANSWER_MAX_TOKENS, Problem, generate_problems, reward
+from tests.fixtures.local_rollouts import generate_rollouts
 from trainer.batch import make_batch, token_logprobs
 from trainer.behavior import BehaviorPolicies, published_weights
 from trainer.config import GrpoConfig
-from trainer.local_rollouts import generate_rollouts
 from trainer.step import StepMetrics, grpo_step, make_optimizer
 
 STEPS = 40

@@ -10,9 +10,9 @@ import torch
 
 from proofpool.model.build import ModelSpec, create_model
 from proofpool.tasks.arithmetic import Problem
+from tests.fixtures.local_rollouts import generate_rollouts
 from trainer.batch import behavior_key, completion_logprobs, make_batch, place_logprobs
 from trainer.behavior import BehaviorPolicies, published_weights
-from trainer.local_rollouts import generate_rollouts
 
 
 @pytest.fixture(scope="module")
