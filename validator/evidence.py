@@ -22,6 +22,7 @@ from eth_utils import to_checksum_address
 
 from proofpool.storage import evidence_key
 from proofpool.storage.s3 import ObjectStore
+from validator.checks import Verdict
 
 EVIDENCE_FORMAT = 1
 """Version of the evidence document layout."""
@@ -65,6 +66,29 @@ def publish_evidence(
     key = evidence_key(pool_id, work_key.hex(), validator, review_of_block=review_of_block)
     store.put_object(key, document, sha256_hex=digest.hex(), content_type=EVIDENCE_CONTENT_TYPE)
     return digest
+
+
+def publish_verdict(
+    store: ObjectStore,
+    pool_id: int,
+    work_key: bytes,
+    validator: str,
+    kind: str,
+    verdict: Verdict,
+    *,
+    recomputed: bool,
+    review_of_block: int | None = None,
+) -> tuple[dict[str, Any], bytes]:
+    """Store the evidence of `verdict` (recorded as `kind`) and return it with its sha256: what a
+    validation or a review records, and the hash its transaction commits to."""
+    evidence = {
+        **verdict.evidence,
+        "recomputed": recomputed,
+        "rows": verdict.rows,
+        "checked_rows": verdict.checked_rows,
+    }
+    document = evidence_document(pool_id, work_key, validator, kind, verdict.reason, evidence)
+    return evidence, publish_evidence(store, pool_id, work_key, validator, document, review_of_block=review_of_block)
 
 
 def batch_evidence_sha256(hashes: Sequence[bytes | None]) -> bytes:

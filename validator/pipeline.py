@@ -37,7 +37,7 @@ from proofpool.storage.s3 import ObjectNotFound, ObjectTooLarge
 from validator import store
 from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from validator.checks.verdict import reject
-from validator.evidence import evidence_document, publish_evidence
+from validator.evidence import publish_verdict
 from validator.resources import Resources
 from validator.submissions import (
     IndexedSubmission,
@@ -115,15 +115,10 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
     with res.connection() as conn:
         verdict = first_of_its_batch(conn, sub, verdict)
         kind = "accepted" if verdict.accepted else "invalid"
-        evidence = {
-            **verdict.evidence,
-            "recomputed": selected,
-            "rows": verdict.rows,
-            "checked_rows": verdict.checked_rows,
-        }
-        document = evidence_document(pool_id, work_key, res.address, kind, verdict.reason, evidence)
         # Stored before the verdict is recorded: no verdict is ever sent without its evidence.
-        digest = publish_evidence(res.store, pool_id, work_key, res.address, document)
+        evidence, digest = publish_verdict(
+            res.store, pool_id, work_key, res.address, kind, verdict, recomputed=selected
+        )
         store.record_decision(conn, pool_id, work_key, res.address, kind, verdict.reason, evidence, digest)
     seconds = time.monotonic() - started
     log.info(

@@ -21,7 +21,7 @@ from enum import StrEnum
 
 from proofpool.chain.bindings import WorkStatus
 from validator import review_store
-from validator.evidence import evidence_document, publish_evidence
+from validator.evidence import publish_verdict
 from validator.pipeline import first_of_its_batch, judge
 from validator.resources import Resources
 from validator.review_store import Review
@@ -67,10 +67,15 @@ def review(res: Resources, target: Review) -> ReviewOutcome:
     with res.connection() as conn:
         verdict = first_of_its_batch(conn, sub, verdict)
         outcome = ReviewOutcome.CONTEST if verdict.accepted else ReviewOutcome.UPHELD
-        evidence = {**verdict.evidence, "recomputed": True, "rows": verdict.rows, "checked_rows": verdict.checked_rows}
-        document = evidence_document(target.pool_id, target.work_key, me, outcome.value, verdict.reason, evidence)
-        digest = publish_evidence(
-            res.store, target.pool_id, target.work_key, me, document, review_of_block=target.rejected_block
+        _, digest = publish_verdict(
+            res.store,
+            target.pool_id,
+            target.work_key,
+            me,
+            outcome.value,
+            verdict,
+            recomputed=True,
+            review_of_block=target.rejected_block,
         )
         review_store.decide(conn, target, me, outcome.value, verdict.reason, digest)  # type: ignore[arg-type]
     log.info("rejection reviewed: %s", outcome.value, extra={**context, "reason": verdict.reason})

@@ -4,8 +4,8 @@ A rejection in a pool with a challenge window slashes nobody until the window ha
 validator reviews the rejections of the others while they wait: its verdict sender queues one
 review per rejection it sees indexed (`to_review`), a validation slot recomputes the file in full
 (`validator.review.review`) and records 'upheld' or 'contest' with the evidence hash
-(`decide`), and the verdict sender sends the contests (`contestRejection`, `due_contests`,
-`mark_sent`) and settles them once the rejection is executed or overturned (`sent_contests`,
+(`decide`), and the verdict sender sends the contests (`contestRejection`; `by_state` 'contest',
+`mark_sent`) and settles them once the rejection is executed or overturned (`by_state` 'sent',
 `mark_settled`). Table `reviews`, revision 0008; functions take the connection first and never
 commit. See docs/validator-verdicts.md, "Challenges".
 """
@@ -65,7 +65,7 @@ SELECT_ONE = f"SELECT {_COLUMNS} FROM reviews WHERE {_KEY}"
 
 DECIDE = f"""
     UPDATE reviews SET state = %(state)s, reason = %(reason)s, evidence_sha256 = %(evidence_sha256)s,
-                       decided_at = now(), note = %(note)s
+                       decided_at = now()
      WHERE {_KEY} AND state = 'queued'"""
 
 BY_STATE = f"""
@@ -114,11 +114,10 @@ def decide(
     state: Literal["upheld", "contest"],
     reason: str | None,
     evidence_sha256: bytes,
-    note: str | None = None,
 ) -> bool:
     """Record the recomputation's outcome of a queued review; False if it was decided before."""
     params = {**_params(review, validator), "state": state, "reason": reason, "evidence_sha256": evidence_sha256}
-    return conn.execute(DECIDE, {**params, "note": note}).rowcount == 1
+    return conn.execute(DECIDE, params).rowcount == 1
 
 
 def by_state(conn: Connection, validator: str, state: ReviewState, *, limit: int = 64) -> list[Review]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -151,11 +152,7 @@ def finalize(
     if not due:
         console.print(f"nothing to finalize ({waiting} accepted submission(s) still inside their dispute window)")
         return
-    for pool, keys in sorted(due.items()):
-        for start in range(0, len(keys), FINALIZE_BATCH):
-            batch = keys[start : start + FINALIZE_BATCH]
-            receipt = client.pool.finalize_work(pool, batch)
-            report_tx(client, f"finalized {len(batch)} submission(s) in pool {pool}", receipt)
+    _send_batches(client, due, client.pool.finalize_work, "finalized {n} submission(s) in pool {pool}")
     if waiting:
         console.print(f"{waiting} accepted submission(s) still inside their dispute window")
 
@@ -173,11 +170,21 @@ def _expire_unjudged(client: ChainClient, rows: list[dict[str, Any]], now: int) 
         work_key = bytes.fromhex(str(row["work_key"]).removeprefix("0x"))
         if client.pool.get_work(pool, work_key).status is WorkStatus.PENDING:
             due.setdefault(pool, []).append(work_key)
+    _send_batches(client, due, client.pool.expire_work, "expired {n} unjudged submission(s) of closed pool {pool}")
+
+
+def _send_batches(
+    client: ChainClient,
+    due: dict[int, list[bytes]],
+    send: Callable[[int, list[bytes]], TxReceipt],
+    said: str,
+) -> None:
+    """Send each pool's keys `FINALIZE_BATCH` at a time and report each transaction (`said` names
+    `{n}` keys and the `{pool}`)."""
     for pool, keys in sorted(due.items()):
         for start in range(0, len(keys), FINALIZE_BATCH):
             batch = keys[start : start + FINALIZE_BATCH]
-            receipt = client.pool.expire_work(pool, batch)
-            report_tx(client, f"expired {len(batch)} unjudged submission(s) of closed pool {pool}", receipt)
+            report_tx(client, said.format(n=len(batch), pool=pool), send(pool, batch))
 
 
 @app.command("approve-pool")
