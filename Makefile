@@ -32,7 +32,7 @@ contracts/node_modules/.stamp: contracts/package.json contracts/package-lock.jso
 contracts: contracts/build/.stamp
 
 contracts/build/.stamp: $(SOL) contracts/node_modules/.stamp $(VENV)/.setup-stamp
-	$(PY) -m proofpool.chain.compile
+	$(PY) -m proofpool.infra.chain.compile
 
 test: setup contracts
 	$(PY) -m pytest -q --durations=15
@@ -43,6 +43,7 @@ test-fast: setup contracts
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(PY) tools/check_layers.py
 
 format: setup
 	$(VENV)/bin/ruff format .

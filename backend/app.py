@@ -12,19 +12,19 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from proofpool.backend.api import health, ledger, nodes, orchestrator, uploads
+from proofpool.backend.api.errors import install_error_handlers
+from proofpool.backend.api.openapi import install_error_docs
+from proofpool.backend.body_limit import BodyLimit
+from proofpool.backend.metrics import MetricsServer
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from backend.api import health, ledger, nodes, orchestrator, uploads
-from backend.api.errors import install_error_handlers
-from backend.api.openapi import install_error_docs
-from backend.body_limit import BodyLimit
-from backend.metrics import MetricsServer
-from proofpool.auth.nonce_store import NonceStore
-from proofpool.auth.signed_request import TimeWindow
-from proofpool.config import Settings, get_settings
-from proofpool.errors import ServiceUnavailable
+from proofpool.core.auth.signed_request import TimeWindow
+from proofpool.core.errors import ServiceUnavailable
+from proofpool.infra.config import Settings, get_settings
+from proofpool.infra.nonce_store import NonceStore
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ raises and the request gets a 400."""
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The backend app; routers by audience, all under /v1 except /healthz. Metrics are not
-    served here but on `metrics_address` (`backend.metrics`)."""
+    served here but on `metrics_address` (`proofpool.backend.metrics`)."""
     sys.setrecursionlimit(min(sys.getrecursionlimit(), SAFE_RECURSION_LIMIT))
     app = FastAPI(
         title="proofpool backend",

@@ -12,11 +12,10 @@ of the body is never read.
 
 from __future__ import annotations
 
+from proofpool.backend.api.errors import error_response
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
-
-from backend.api.errors import error_response
 
 CLOSE = (b"connection", b"close")
 
@@ -24,7 +23,7 @@ CLOSE = (b"connection", b"close")
 class BodyTooLarge(HTTPException):
     """Raised from `receive` when the body passes the cap. An `HTTPException`, so FastAPI's body
     parsing lets it through (it turns other exceptions into 400) and the app's handler for
-    HTTP errors renders it as 413 `body_too_large` (`backend.api.errors`)."""
+    HTTP errors renders it as 413 `body_too_large` (`proofpool.backend.api.errors`)."""
 
     def __init__(self, max_bytes: int) -> None:
         super().__init__(413, f"body over {max_bytes} bytes")

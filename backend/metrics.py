@@ -22,7 +22,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 from prometheus_client import make_wsgi_app
 from prometheus_client.exposition import ThreadingWSGIServer
 
-from proofpool.errors import ConfigError
+from proofpool.core.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

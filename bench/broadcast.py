@@ -43,17 +43,23 @@ from typing import Any
 import httpx
 import numpy as np
 import psutil
+from proofpool.devnet.services import Service, http_ok, spawn_cli, wait_until
 from safetensors.numpy import save_file
 
 from bench.market import emit
-from proofpool.chain.anvil import free_port
-from proofpool.checkpoint import MANIFEST_NAME, build_picker, fetch_checkpoint, parse_checkpoint_uri, upload_checkpoint
-from proofpool.checkpoint.manifest import manifest_of_files
-from proofpool.checkpoint.sources import relay_client
-from proofpool.config import get_settings
-from proofpool.devnet.services import Service, http_ok, spawn_cli, wait_until
-from proofpool.storage import ObjectStore
-from proofpool.storage.seaweed import SeaweedProcess, start_seaweed
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.checkpoint import (
+    MANIFEST_NAME,
+    build_picker,
+    fetch_checkpoint,
+    parse_checkpoint_uri,
+    upload_checkpoint,
+)
+from proofpool.infra.checkpoint.manifest import manifest_of_files
+from proofpool.infra.checkpoint.sources import relay_client
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage import ObjectStore
+from proofpool.infra.storage.seaweed import SeaweedProcess, start_seaweed
 
 POOL, VERSION = 1, 1
 MB = 1 << 20

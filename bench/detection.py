@@ -15,7 +15,7 @@ passing the per-row checks:
   honest engines disagree on.
 
 Each file is judged with bf16 and fp32 validators (`check_recomputed`), and per file it reports:
-rows rejected per row, the tie-steering test (`proofpool.sampling.ties`) for several noise scales
+rows rejected per row, the tie-steering test (`proofpool.core.sampling.ties`) for several noise scales
 b, and the TOPLOC file statistic (`proofpool.inference.check.file_statistic`). One JSON line per
 file, then one summary line per (case, precision); then the maximum-likelihood noise scale b of the
 honest files, and escape rates of 64-row files resampled from the judged rows: 7 rows (10%) or all
@@ -47,7 +47,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from proofpool.worker.rollout import BatchPlan, plan_batch, rollout_samples
 
+from proofpool.core.rollout import RolloutSample
+from proofpool.core.sampling import DEFAULT_TIE_TOLERANCE, SamplingInput, scores, verify_batch
+from proofpool.core.sampling.ties import DEFAULT_TIE_ALPHA, tie_test
+from proofpool.core.sampling.verify import DEFAULT_TIE_NOISE_SCALE
+from proofpool.core.toploc import ChunkCheck, build_proofs, join_proofs
+from proofpool.core.toploc.verify import NO_MATCH
 from proofpool.inference.check import (
     MAX_FILE_EXP_MISMATCH_RATE,
     MAX_FILE_MANT_ERR_MEAN,
@@ -61,14 +68,7 @@ from proofpool.model.build import ModelSpec, load_model
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.model.tokenizer import EOS_ID, encode_text
 from proofpool.model.warmup import WarmupSpec, train
-from proofpool.rollout import RolloutSample
-from proofpool.sampling import DEFAULT_TIE_TOLERANCE, SamplingInput, scores, verify_batch
-from proofpool.sampling.ties import DEFAULT_TIE_ALPHA, tie_test
-from proofpool.sampling.verify import DEFAULT_TIE_NOISE_SCALE
 from proofpool.tasks.arithmetic import Problem, generate_problems
-from proofpool.toploc import ChunkCheck, build_proofs, join_proofs
-from proofpool.toploc.verify import NO_MATCH
-from worker.rollout import BatchPlan, plan_batch, rollout_samples
 
 RESULTS = Path(__file__).resolve().parent / "results" / "detection.jsonl"
 FILE_ROWS = 64
@@ -131,8 +131,8 @@ def honest_files(
 
 def long_files(engine: Any, n_files: int) -> list[list[RolloutSample]]:
     """Honest multi-chunk files: random prompts at T=10, up to 48 tokens (several TOPLOC chunks)."""
-    from worker.engine import GenerationRequest
-    from worker.sampler import SamplerSettings
+    from proofpool.worker.engine import GenerationRequest
+    from proofpool.worker.sampler import SamplerSettings
 
     gen = torch.Generator().manual_seed(7)
     out = []
@@ -363,7 +363,7 @@ def changed_rows(cheat: Sequence[Sequence[RolloutSample]], honest: Sequence[Sequ
 
 
 def main() -> None:
-    from worker.engine import InferenceEngine
+    from proofpool.worker.engine import InferenceEngine
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--honest-files", type=int, default=24)

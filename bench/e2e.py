@@ -28,11 +28,11 @@ from pathlib import Path
 
 import httpx
 import psycopg
-
-from bench.market import emit
 from proofpool.devnet.run import DevnetConfig, check_services, follow, market, settle, start_loop
 from proofpool.devnet.services import stop_all
 from proofpool.devnet.stack import DevnetStack
+
+from bench.market import emit
 from proofpool.model.cache import ensure_devnet_model
 
 REDIS_DB = 9

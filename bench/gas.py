@@ -21,13 +21,13 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from web3 import Web3
 
-from proofpool.chain.anvil import ANVIL_KEYS, start_anvil
-from proofpool.chain.artifacts import load_artifact
-from proofpool.chain.bindings import NO_EVIDENCE
-from proofpool.chain.deploy import TOKEN, AddressBook, DeployParams, deploy_contracts, grant_validator
-from proofpool.chain.rpc import connect
-from proofpool.chain.signing import sign_invite, sign_node_ownership
-from proofpool.chain.tx import TxSender
+from proofpool.infra.chain.anvil import ANVIL_KEYS, start_anvil
+from proofpool.infra.chain.artifacts import load_artifact
+from proofpool.infra.chain.bindings import NO_EVIDENCE
+from proofpool.infra.chain.deploy import TOKEN, AddressBook, DeployParams, deploy_contracts, grant_validator
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.signing import sign_invite, sign_node_ownership
+from proofpool.infra.chain.tx import TxSender
 
 RESULTS = Path(__file__).resolve().parent / "results" / "gas.jsonl"
 BATCHES = (1, 16, 128)

@@ -39,14 +39,14 @@ from typing import Any
 import httpx
 import psycopg
 from eth_account import Account
+from proofpool.backend.app import freeze_startup_heap
 from redis import Redis
 
-from backend.app import freeze_startup_heap
-from proofpool import db
-from proofpool.auth.nonce_store import EPOCH_KEY as NONCE_EPOCH_KEY
-from proofpool.auth.signed_request import Audience, Deployment, sign_request
-from proofpool.chain.anvil import free_port
-from proofpool.config import get_settings
+from proofpool.core.auth.signed_request import Audience, Deployment, sign_request
+from proofpool.infra import db
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.config import get_settings
+from proofpool.infra.nonce_store import EPOCH_KEY as NONCE_EPOCH_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results" / "heartbeat.jsonl"

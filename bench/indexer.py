@@ -2,7 +2,7 @@
 
 A fresh anvil gets one active pool with one node, then many `submitWork` transactions (signed
 locally and sent in JSON-RPC batches with automine off, 200 per block) and `attestWork`
-batches of 128 keys: two events per submission. The indexer (`backend.indexer.follow.Indexer`)
+batches of 128 keys: two events per submission. The indexer (`proofpool.backend.indexer.follow.Indexer`)
 then indexes the whole chain into a fresh database three times: in ranges of `--batch-blocks`,
 in ranges of 5 blocks (many small transactions), and in ranges of `--batch-blocks` while
 dispatching one Celery task per submission to a Redis broker (db 13).
@@ -33,13 +33,13 @@ from web3 import Web3
 if __package__ in (None, ""):  # run as a script: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from proofpool.chain.anvil import ANVIL_KEYS
-from proofpool.chain.bindings import NO_EVIDENCE, PoolParams
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import AddressBook, deploy_contracts, grant_validator
-from proofpool.chain.signing import sign_invite
-from proofpool.chain.tx import TxSender
-from proofpool.chain.units import TOKEN
+from proofpool.infra.chain.anvil import ANVIL_KEYS
+from proofpool.infra.chain.bindings import NO_EVIDENCE, PoolParams
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import AddressBook, deploy_contracts, grant_validator
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.units import TOKEN
 
 RESULTS = Path(__file__).resolve().parent / "results" / "indexer.jsonl"
 TARGET_EVENTS_PER_S = 1_500
@@ -148,14 +148,14 @@ class Market:
 def index_once(market: Market, dispatch: bool, batch_blocks: int) -> dict[str, Any]:
     """Index the whole chain of `market` into a fresh database; time it."""
     import redis
+    from proofpool.backend.indexer.decode import FastDecoder
+    from proofpool.backend.indexer.follow import Indexer, IndexerOptions
+    from proofpool.backend.indexer.outbox import Dispatcher, celery_sender
+    from proofpool.backend.indexer.source import ChainSource
 
-    from backend.indexer.decode import FastDecoder
-    from backend.indexer.follow import Indexer, IndexerOptions
-    from backend.indexer.outbox import Dispatcher, celery_sender
-    from backend.indexer.source import ChainSource
-    from proofpool import db
-    from proofpool.broker import make_celery
-    from proofpool.config import Settings, get_settings
+    from proofpool.infra import db
+    from proofpool.infra.broker import make_celery
+    from proofpool.infra.config import Settings, get_settings
 
     url = db.with_database(get_settings().database_url, f"proofpool_bench_{uuid.uuid4().hex[:10]}")
     redis_url = urlsplit(get_settings().redis_url)
@@ -196,8 +196,7 @@ def index_once(market: Market, dispatch: bool, batch_blocks: int) -> dict[str, A
 def time_rebuild(url: str) -> float:
     """Seconds to rebuild every projection from the stored raw events (what a reorg costs)."""
     import psycopg
-
-    from backend.indexer.rebuild import rebuild_projections
+    from proofpool.backend.indexer.rebuild import rebuild_projections
 
     with psycopg.connect(url, autocommit=True) as conn:
         started = time.monotonic()
@@ -207,8 +206,8 @@ def time_rebuild(url: str) -> float:
 
 
 def main() -> int:
-    from proofpool.chain.anvil import start_anvil
-    from proofpool.chain.rpc import connect
+    from proofpool.infra.chain.anvil import start_anvil
+    from proofpool.infra.chain.rpc import connect
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--submissions", type=int, default=10_000, help="submitWork transactions (2 events each)")

@@ -8,7 +8,7 @@ typical filtered queries, page 1 and deep pages reached by cursor, at two layers
 
 - `http`: a real `uvicorn` process serving the app, called over loopback by httpx (one request
   at a time; client and server share this machine's cores);
-- `db`: `backend.db.ledger.fetch_page` on one psycopg connection (the query alone).
+- `db`: `proofpool.backend.db.ledger.fetch_page` on one psycopg connection (the query alone).
 
 Prints one JSON line per scenario and layer and writes them to `bench/results/ledger.jsonl`;
 drops the database at the end. Target: p99 <= 50 ms. Run: `.venv/bin/python bench/ledger.py`
@@ -37,11 +37,11 @@ from typing import Any
 import httpx
 import psycopg
 from eth_utils import to_checksum_address
+from proofpool.backend.db.ledger import SUBMISSIONS, encode_cursor, fetch_page
 
-from backend.db.ledger import SUBMISSIONS, encode_cursor, fetch_page
-from proofpool import db
-from proofpool.chain.anvil import free_port
-from proofpool.config import REPO_ROOT, get_settings
+from proofpool.infra import db
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.config import REPO_ROOT, get_settings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "ledger.jsonl"
 POOLS, PROVIDERS, NODES = 100, 1_000, 2_000
@@ -203,7 +203,7 @@ def serve(url: str) -> tuple[subprocess.Popen, str]:
     port = free_port()
     env = {**os.environ, "DATABASE_URL": url, "PROOFPOOL_DB_POOL_MAX": "4"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "backend.app:create_app", "--factory", "--host", "127.0.0.1",
+        [sys.executable, "-m", "uvicorn", "proofpool.backend.app:create_app", "--factory", "--host", "127.0.0.1",
          "--port", str(port), "--log-level", "warning", "--no-access-log"],
         cwd=REPO_ROOT, env=env,
     )  # fmt: skip

@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 import redis
-
-from proofpool import db
-from proofpool.config import get_settings
 from proofpool.devnet.market import NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node
 from proofpool.devnet.stack import DevnetStack, start_stack
-from proofpool.storage.seaweed import SeaweedProcess, start_seaweed
+
+from proofpool.infra import db
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage.seaweed import SeaweedProcess, start_seaweed
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 

@@ -35,7 +35,10 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from proofpool.worker.engine import EngineConfig, GenerationRequest, InferenceEngine
+from proofpool.worker.sampler import SamplerSettings
 
+from proofpool.core.toploc import build_proofs, build_proofs_batch, toploc_verdict, verify_proofs
 from proofpool.inference.check import check_recomputed, check_samples, detection_probability
 from proofpool.inference.prefill import prefill_batch
 from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
@@ -43,9 +46,6 @@ from proofpool.model.build import ModelManifest, ModelSpec, create_model, load_m
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.model.tokenizer import EOS_ID
 from proofpool.tasks.arithmetic import generate_problems
-from proofpool.toploc import build_proofs, build_proofs_batch, toploc_verdict, verify_proofs
-from worker.engine import EngineConfig, GenerationRequest, InferenceEngine
-from worker.sampler import SamplerSettings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "toploc.jsonl"
 SEED = 77

@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from proofpool.trainer.metrics import read_csv
+
 from bench.market import bench_market, emit
-from trainer.metrics import read_csv
 
 REDIS_DB = 7
 

@@ -25,20 +25,20 @@ import sys
 import time
 
 import psycopg
+from proofpool.devnet.stack import DevnetStack
+from proofpool.validator.checks import PoolRules, SubmissionFacts, run_checks
+from proofpool.validator.checks.decode import start_forkserver
+from proofpool.validator.pipeline import drawn
+from proofpool.worker.engine import GenerationRequest, InferenceEngine
+from proofpool.worker.sampler import SamplerSettings
 
 from bench.market import bench_market, emit
-from proofpool.chain.bindings import WorkStatus
-from proofpool.config import get_settings
-from proofpool.devnet.stack import DevnetStack
+from proofpool.core.rollout import read_rollouts
+from proofpool.infra.chain.bindings import WorkStatus
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage import ObjectStore, rollout_key
 from proofpool.model.build import load_model
 from proofpool.model.cache import ensure_devnet_model
-from proofpool.rollout import read_rollouts
-from proofpool.storage import ObjectStore, rollout_key
-from validator.checks import PoolRules, SubmissionFacts, run_checks
-from validator.checks.decode import start_forkserver
-from validator.pipeline import drawn
-from worker.engine import GenerationRequest, InferenceEngine
-from worker.sampler import SamplerSettings
 
 REDIS_DB = 8
 TARGET_RATIO = 20.0
@@ -166,7 +166,7 @@ def service_sampling(
     files: list[tuple[bytes, bytes]], samples: list, pool_id: int, node: str, model, gen_tps: float
 ) -> list[dict]:
     """What `validator run --sample-rate p` does: every file gets the cheap checks, a drawn fraction p
-    of the files is recomputed in full, drawn as the service draws (`validator.pipeline.drawn`), with the
+    of the files is recomputed in full, drawn as the service draws (`proofpool.validator.pipeline.drawn`), with the
     round number instead of the submission's block hash."""
     out = []
     for rate in SERVICE_RATES:
@@ -251,7 +251,7 @@ def latency_row(figure: str, seconds: list[float], target_p50: float) -> dict:
 
 
 if __name__ == "__main__":
-    # The decoding children (validator.checks.decode) fork from a forkserver, and multiprocessing
+    # The decoding children (proofpool.validator.checks.decode) fork from a forkserver, and multiprocessing
     # re-imports the parent's main module in each one unless it is a package's `__main__`, as under
     # `python -m celery`, where the validator runs. This module imports vLLM: hidden from
     # multiprocessing, so the figures time the validator's children, not vLLM's import.

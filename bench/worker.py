@@ -52,19 +52,19 @@ from typing import Any
 import psutil
 import psycopg
 import torch
+from proofpool.worker.console import WorkerConsole
+from proofpool.worker.engine import InferenceEngine
+from proofpool.worker.node import WorkerConfig, WorkerNode
+from proofpool.worker.retry import Backoff
+from proofpool.worker.rollout import generate_rollout_file, plan_batch
 
 from bench.market import bench_market, emit
-from proofpool.assignment import sampling_seed, task_ids
-from proofpool.config import get_settings
-from proofpool.http.node_api import Heartbeat, NodeApi
+from proofpool.core.assignment import sampling_seed, task_ids
+from proofpool.core.rollout import RolloutFileMeta
+from proofpool.infra.config import get_settings
+from proofpool.infra.http.node_api import Heartbeat, NodeApi
+from proofpool.infra.storage.s3 import ObjectStore
 from proofpool.model.cache import ensure_devnet_model
-from proofpool.rollout import RolloutFileMeta
-from proofpool.storage.s3 import ObjectStore
-from worker.console import WorkerConsole
-from worker.engine import InferenceEngine
-from worker.node import WorkerConfig, WorkerNode
-from worker.retry import Backoff
-from worker.rollout import generate_rollout_file, plan_batch
 
 TARGET_OVERHEAD = 0.10
 REDIS_DB = 9
@@ -89,7 +89,7 @@ class TimedWorkerNode(WorkerNode):
     """`WorkerNode`, noting when the first heartbeat after batch 1 was generated started: from
     there on, every step of batches 2.. (heartbeat to `submitWork`) happens inside the window.
     (That heartbeat goes out in the background at the end of batch 1's turn, while batch 2 is
-    generated ahead: `worker.lookahead`.)"""
+    generated ahead: `proofpool.worker.lookahead`.)"""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

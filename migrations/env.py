@@ -1,6 +1,6 @@
 """Alembic environment of proofpool: one PostgreSQL URL from the same settings as the services.
 
-`proofpool.db.upgrade(url)` passes its URL as `sqlalchemy.url`; the plain `alembic` command falls
+`proofpool.infra.db.upgrade(url)` passes its URL as `sqlalchemy.url`; the plain `alembic` command falls
 back to `get_settings().database_url` (DATABASE_URL). SQLAlchemy is used here only because Alembic
 needs it: revisions are hand-written SQL through `op.execute`, and the services talk psycopg.
 """
@@ -12,7 +12,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from proofpool.config import get_settings
+from proofpool.infra.config import get_settings
 
 config = context.config
 

@@ -13,8 +13,8 @@ import os
 
 import redis
 
-from proofpool.broker import VALIDATE_SUBMISSION, make_celery
-from proofpool.config import get_settings
+from proofpool.infra.broker import VALIDATE_SUBMISSION, make_celery
+from proofpool.infra.config import get_settings
 
 RECEIVED = "probe:received"
 SENTINELS = "probe:sentinels"

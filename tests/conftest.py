@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from proofpool.chain.anvil import AnvilProcess, start_anvil
+from proofpool.infra.chain.anvil import AnvilProcess, start_anvil
 
 _FIXTURES = Path(__file__).parent / "fixtures"
 pytest_plugins = sorted(f"tests.fixtures.{p.stem}" for p in _FIXTURES.glob("*.py") if p.stem != "__init__")

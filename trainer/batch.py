@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from proofpool.core.rollout import RolloutSample
 from proofpool.model.tokenizer import PAD_ID
-from proofpool.rollout import RolloutSample
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel

@@ -15,10 +15,10 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping, Sequence
 
 import torch
+from proofpool.trainer.batch import BehaviorKey, completion_logprobs
 from transformers import PreTrainedModel
 
-from proofpool.rollout import RolloutSample
-from trainer.batch import BehaviorKey, completion_logprobs
+from proofpool.core.rollout import RolloutSample
 
 log = logging.getLogger(__name__)
 

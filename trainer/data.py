@@ -5,7 +5,7 @@ producing with the versions they have while the trainer moves on, and files more
 old are off-policy enough to be left out. Only work a validator accepted is used (`accepted`, or
 `finalized` after the dispute window), so a cheater's rows never reach the gradient. Each file is
 used once; the keys seen are part of the trainer's resumable state. Accepted is not trusted
-blindly either: every fetched file goes through `trainer.screen` (its hash, schema and values),
+blindly either: every fetched file goes through `proofpool.trainer.screen` (its hash, schema and values),
 and a file refused there is remembered in the poison list and never fetched again.
 """
 
@@ -17,12 +17,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from proofpool.errors import ProofpoolError, ServiceUnavailable
-from proofpool.http.ledger_client import LedgerClient, LedgerRefused
-from proofpool.rollout import RolloutSample
-from proofpool.storage import rollout_key
-from proofpool.storage.s3 import ObjectStore, StorageError
-from trainer.screen import ModelLimits, PoisonList, Submission, screen_file
+from proofpool.trainer.screen import ModelLimits, PoisonList, Submission, screen_file
+
+from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.core.rollout import RolloutSample
+from proofpool.infra.http.ledger_client import LedgerClient, LedgerRefused
+from proofpool.infra.storage import rollout_key
+from proofpool.infra.storage.s3 import ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
 

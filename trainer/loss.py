@@ -15,7 +15,7 @@ The min is pessimistic: once the ratio has moved past the clip bound in the dire
 advantage pushes it, the clipped (constant) term wins and the token's gradient is zero. For a
 negative advantage the unclipped side is unbounded as r grows, so it is capped at delta (INTELLECT-2).
 The normalizer is a constant (`GrpoConfig.normalizer`), not the number of tokens: see
-`trainer.config.default_normalizer`. The function is pure: no model, no state, no side effects.
+`proofpool.trainer.config.default_normalizer`. The function is pure: no model, no state, no side effects.
 """
 
 from __future__ import annotations
@@ -23,9 +23,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from proofpool.trainer.config import GrpoConfig
 from torch import Tensor
-
-from trainer.config import GrpoConfig
 
 
 @dataclass(frozen=True)

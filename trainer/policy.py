@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from proofpool.trainer.batch import BehaviorKey
+from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.step import StepMetrics, grpo_step, make_optimizer
+from proofpool.trainer.world import SINGLE, World, shard_model
 
-from proofpool.rollout import RolloutSample
-from trainer.batch import BehaviorKey
-from trainer.config import GrpoConfig
-from trainer.step import StepMetrics, grpo_step, make_optimizer
-from trainer.world import SINGLE, World, shard_model
+from proofpool.core.rollout import RolloutSample
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM, PretrainedConfig

@@ -7,14 +7,14 @@ them); a token id of 2**31 - 1 crashes the embedding lookup, again after every r
 file is fetched anew. So each fetched file is screened here, with the cheap checks that need no
 model run:
 
-- file: its sha256 is its work key; it parses with the schema of `proofpool.rollout`; its
+- file: its sha256 is its work key; it parses with the schema of `proofpool.core.rollout`; its
   metadata names the pool and the node the ledger says submitted it;
 - row: finite reward, advantage and temperature; a reward in [0, 1] and a positive temperature;
   the model version of the submission (the behaviour policy is looked up by it); a non-empty
   prompt and completion, prompt + completion within the model's positions; token ids within the
   model's vocabulary;
 - group: one problem per group, and each advantage its reward minus the group's mean reward
-  (`proofpool.rl.advantages`, what workers write and validators recompute), so a finite but
+  (`proofpool.core.rl.advantages`, what workers write and validators recompute), so a finite but
   absurd advantage is refused as surely as a NaN.
 
 A bad file is dropped whole. A bad row takes its whole group with it: group advantages are
@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
-from proofpool.rl.advantages import group_advantages
-from proofpool.rollout import RolloutFileError, RolloutSample, read_rollouts
+from proofpool.core.rl.advantages import group_advantages
+from proofpool.core.rollout import RolloutFileError, RolloutSample, read_rollouts
 
 log = logging.getLogger(__name__)
 

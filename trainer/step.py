@@ -31,11 +31,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor
-
-from proofpool.model.tokenizer import BOS_ID
-from proofpool.rollout import RolloutSample
-from trainer.batch import (
+from proofpool.trainer.batch import (
     BehaviorKey,
     TokenBatch,
     make_batch,
@@ -44,9 +40,13 @@ from trainer.batch import (
     token_logprobs,
     token_logprobs_and_entropy,
 )
-from trainer.config import GrpoConfig
-from trainer.loss import LossInputs, grpo_loss
-from trainer.world import SINGLE, World
+from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.loss import LossInputs, grpo_loss
+from proofpool.trainer.world import SINGLE, World
+from torch import Tensor
+
+from proofpool.core.rollout import RolloutSample
+from proofpool.model.tokenizer import BOS_ID
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -165,7 +165,7 @@ def grpo_step(
 
     `ref_model` gives the reference log-probabilities of the KL term and is required when
     `cfg.kl_coef > 0`. `behavior` holds each row's completion log-probabilities under the policy
-    that generated it (`trainer.behavior`): the ratio's denominator, so clipping and the delta cap
+    that generated it (`proofpool.trainer.behavior`): the ratio's denominator, so clipping and the delta cap
     act on how far the policy moved since the rollout. Without it the denominator is the step's
     starting policy (ratio 1), right only for on-policy rows: on rows one or two versions old that
     pushed the devnet's policy backwards (held-out accuracy 0.264 -> 0.235 in 10 steps at lag 2,

@@ -2,15 +2,15 @@
 
 Step n starts from checkpoint version n (the pool's base model for n = 0), gathers at least
 `samples_per_step` rows from accepted files of versions >= n - k, takes one GRPO step
-(`trainer.step.grpo_step`), and publishes the result as version n + 1: sharded safetensors and a
-manifest in the store, the manifest's sha256 on-chain (`proofpool.checkpoint.publish_checkpoint`),
+(`proofpool.trainer.step.grpo_step`), and publishes the result as version n + 1: sharded safetensors and a
+manifest in the store, the manifest's sha256 on-chain (`proofpool.infra.checkpoint.publish_checkpoint`),
 so heartbeats hand it to workers and validators load it. The last k + 1 versions stay in the
 store; older ones are deleted. After each publication the state (weights, optimizer, step, files
 used) is saved, so a restarted trainer continues where it stopped.
 
 Under `torchrun` (`torch.distributed`, FSDP) rank 0 runs `run_trainer` and every other rank
 `follow_trainer`: rank 0 alone reads the chain, the ledger and the store, broadcasts each step's
-rows, and publishes; all ranks take the step together (`trainer.policy`).
+rows, and publishes; all ranks take the step together (`proofpool.trainer.policy`).
 """
 
 from __future__ import annotations
@@ -25,29 +25,29 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
+from proofpool.trainer.behavior import BehaviorPolicies
+from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.data import RolloutSource, gather
+from proofpool.trainer.metrics import append_csv, plot, read_csv
+from proofpool.trainer.policy import Policy
+from proofpool.trainer.screen import ModelLimits, PoisonList
+from proofpool.trainer.state import TrainerState, load_state, save_state
+from proofpool.trainer.world import SINGLE, World, broadcast
 from pydantic import BaseModel, ConfigDict, Field
 
-from proofpool.chain.client import ChainClient
-from proofpool.checkpoint import (
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.checkpoint import (
     DEFAULT_SHARD_SIZE,
     ensure_published_checkpoint,
     onchain_manifest_sha256,
     prune_checkpoints,
     publish_checkpoint,
 )
-from proofpool.config import get_settings
-from proofpool.errors import ProofpoolError
-from proofpool.http.ledger_client import LedgerClient
+from proofpool.infra.config import get_settings
+from proofpool.infra.http.ledger_client import LedgerClient
+from proofpool.infra.storage.s3 import ObjectStore
 from proofpool.model.base import resolve_base_model
-from proofpool.storage.s3 import ObjectStore
-from trainer.behavior import BehaviorPolicies
-from trainer.config import GrpoConfig
-from trainer.data import RolloutSource, gather
-from trainer.metrics import append_csv, plot, read_csv
-from trainer.policy import Policy
-from trainer.screen import ModelLimits, PoisonList
-from trainer.state import TrainerState, load_state, save_state
-from trainer.world import SINGLE, World, broadcast
 
 log = logging.getLogger(__name__)
 
@@ -92,7 +92,7 @@ def run_trainer(
 
     Under `torch.distributed` this is rank 0: the only rank that reads the chain, the ledger, the
     store and the state directory (where it also keeps the poison list of refused rollout files,
-    `trainer.screen`). It tells the other ranks (`follow_trainer`) what to do next with one
+    `proofpool.trainer.screen`). It tells the other ranks (`follow_trainer`) what to do next with one
     broadcast `Command` per step: the rows to train on, or stop, or abort after a failure here, so
     a rank 0 that gives up never leaves the others waiting for a collective.
     """

@@ -20,9 +20,9 @@ from typing import TypeVar
 
 import torch
 import torch.distributed as dist
+from proofpool.trainer.batch import group_key
 
-from proofpool.rollout import RolloutSample
-from trainer.batch import group_key
+from proofpool.core.rollout import RolloutSample
 
 
 @dataclass(frozen=True)

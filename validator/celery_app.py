@@ -1,11 +1,11 @@
-"""The validators' Celery app: `celery -A validator.celery_app worker -Q validate|verdicts`.
+"""The validators' Celery app: `celery -A proofpool.validator.celery_app worker -Q validate|verdicts`.
 
 `proofpool validator run` starts two workers on it: one consuming `validate` (tasks in
 parallel threads; the recomputation is PyTorch, which releases the GIL) and one consuming
 `verdicts.<address>` with a single slot, so each validator key has exactly one transaction sender
 (and no other validator's sender takes its flushes).
 The delivery guarantees (late acks, redelivery of a dead worker's task, JSON only) come from
-`proofpool.broker.make_celery`, shared with the indexer that dispatches the tasks.
+`proofpool.infra.broker.make_celery`, shared with the indexer that dispatches the tasks.
 
 Celery's `-A` needs a module-level app, so it is built at import from the environment's
 settings; nothing else happens at import (resources are built on the first task).
@@ -15,7 +15,7 @@ process); the threads and solo pools, which the two workers use, ignore it. `Tim
 enforces it itself: a timer raises `SoftTimeLimitExceeded` in the task's thread, as prefork would.
 Python delivers it between bytecodes, so a long C call (a PyTorch forward) finishes first; the
 decoding of the untrusted file, the one step a submitter can make long, runs in a child process
-with its own timeout (`validator.checks.decode`) whose wait the exception interrupts. There is no
+with its own timeout (`proofpool.validator.checks.decode`) whose wait the exception interrupts. There is no
 hard limit: a thread cannot be killed.
 """
 
@@ -32,8 +32,8 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_ready
 
-from proofpool.broker import SEND_VERDICTS, VALIDATE_QUEUE, VERDICTS_QUEUE, make_celery, verdicts_queue
-from proofpool.config import get_settings
+from proofpool.infra.broker import SEND_VERDICTS, VALIDATE_QUEUE, VERDICTS_QUEUE, make_celery, verdicts_queue
+from proofpool.infra.config import get_settings
 
 
 @contextmanager
@@ -87,7 +87,7 @@ class TimeLimitedTask(Task):
 
 def create_app() -> Celery:
     app = make_celery(get_settings(), "proofpool-validator")
-    app.conf.update(include=["validator.tasks"], worker_hijack_root_logger=False)
+    app.conf.update(include=["proofpool.validator.tasks"], worker_hijack_root_logger=False)
     return app
 
 
@@ -106,19 +106,19 @@ def _on_ready(sender: object = None, **_: object) -> None:
     Only for workers of this app: the signal is global, and other apps import `TimeLimitedTask`."""
     if getattr(sender, "app", None) is not app:
         return
-    from validator import metrics
+    from proofpool.validator import metrics
 
     role = os.environ.get(ROLE_ENV, VALIDATE_QUEUE)
     port = get_settings().validator_metrics_port
     metrics.serve(port + 1 if port and role == VERDICTS_QUEUE else port)
     if role == VERDICTS_QUEUE:
-        from validator.resources import resources
+        from proofpool.validator.resources import resources
 
         app.send_task(SEND_VERDICTS, queue=verdicts_queue(resources().address))
     else:
-        from validator.checks.decode import start_forkserver
-        from validator.models import warm_up
-        from validator.resources import resources
+        from proofpool.validator.checks.decode import start_forkserver
+        from proofpool.validator.models import warm_up
+        from proofpool.validator.resources import resources
 
         start_forkserver()
         warm_up(resources())

@@ -3,7 +3,7 @@
 A verdict's evidence is a canonical JSON document (sorted keys, no spaces): the submission (pool,
 work key, which is the file's sha256), the validator, the verdict and reason code, and what the
 checks found (the rows recomputed, the failing row and its figures, the file-level statistics).
-The validator stores it in the object store at `proofpool.storage.evidence_key` before recording
+The validator stores it in the object store at `proofpool.infra.storage.evidence_key` before recording
 the verdict, and the transaction carries its sha256: `invalidateWork` and `contestRejection` the
 hash of one document, `attestWork` the sha256 of the batch's document hashes concatenated in the
 order of the batch's keys (`batch_evidence_sha256`). Anyone holding the documents can check a
@@ -19,10 +19,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from eth_utils import to_checksum_address
+from proofpool.validator.checks import Verdict
 
-from proofpool.storage import evidence_key
-from proofpool.storage.s3 import ObjectStore
-from validator.checks import Verdict
+from proofpool.infra.storage import evidence_key
+from proofpool.infra.storage.s3 import ObjectStore
 
 EVIDENCE_FORMAT = 1
 """Version of the evidence document layout."""

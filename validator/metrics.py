@@ -1,6 +1,6 @@
 """Prometheus metrics of a validator process, served on its own port (`validator_metrics_port`:
 the validate worker; the verdict sender uses the next port). Scrape both; Flower works too,
-since every proofpool Celery app sends task events (`proofpool.broker.make_celery`).
+since every proofpool Celery app sends task events (`proofpool.infra.broker.make_celery`).
 """
 
 from __future__ import annotations

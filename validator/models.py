@@ -16,17 +16,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from proofpool.chain.client import ChainClient
-from proofpool.checkpoint import CheckpointError, ensure_published_checkpoint, onchain_manifest_sha256
-from proofpool.config import get_settings
-from proofpool.errors import ProofpoolError
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.checkpoint import CheckpointError, ensure_published_checkpoint, onchain_manifest_sha256
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage.s3 import ObjectStore
 from proofpool.model.base import UnknownBaseModel, resolve_base_model
-from proofpool.storage.s3 import ObjectStore
 
 if TYPE_CHECKING:
+    from proofpool.validator.resources import Resources
     from transformers import LlamaForCausalLM
-
-    from validator.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +96,7 @@ def warm_up(res: Resources) -> None:
     """Load the latest model of every active pool served here before the first task arrives, so the first
     submissions are not judged seconds late behind a cold start (imports and weights: ~5 s here).
     A model that cannot be loaded now is loaded by the task that needs it."""
-    from proofpool.chain.bindings import PoolStatus
+    from proofpool.infra.chain.bindings import PoolStatus
 
     pools = res.client.pool
     for pool_id in range(1, pools.pool_count() + 1):

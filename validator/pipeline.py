@@ -1,9 +1,9 @@
 """Validating one submission, start to recorded decision, without Celery.
 
 1. Re-read the indexed submission; only `pending` work of a served pool is judged (the
-   allowlist of `validator.resources.Resources.served`), and never work of this validator's own
+   allowlist of `proofpool.validator.resources.Resources.served`), and never work of this validator's own
    node or provider (`ComputePool` refuses such a verdict).
-2. Claim it in PostgreSQL (`validator.store.claim`): the first validator owns it, a redelivered
+2. Claim it in PostgreSQL (`proofpool.validator.store.claim`): the first validator owns it, a redelivered
    task of the owner sees the recorded decision and stops; another validator stops if the owner
    decided, and otherwise retries (`HeldByAnother`) until the owner decides or its lease expires.
 3. Decide whether it is recomputed in full: with `sample_rate` p < 1 a submission is selected when
@@ -13,10 +13,10 @@
    get every check except the recomputation.
 4. Fetch the file. Missing: retried (transient) until half the dispute window or the grace has
    passed since submission, then judged `missing`, so the verdict lands before the window closes.
-5. Run the checks (`validator.checks.run_checks`) and record the decision. An accepted file
+5. Run the checks (`proofpool.validator.checks.run_checks`) and record the decision. An accepted file
    claims its assigned batch in the same transaction; a second file of one batch is
    `duplicate_batch` (`first_of_its_batch`). Sending it on-chain is the verdict sender's job
-   (`validator.verdicts`).
+   (`proofpool.validator.verdicts`).
 """
 
 from __future__ import annotations
@@ -28,24 +28,24 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
 
-from psycopg import Connection
-
-from proofpool.assignment import AssignmentConfig
-from proofpool.errors import ProofpoolError
-from proofpool.storage import rollout_key
-from proofpool.storage.s3 import ObjectNotFound, ObjectTooLarge
-from validator import store
-from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
-from validator.checks.verdict import reject
-from validator.evidence import publish_verdict
-from validator.resources import Resources
-from validator.submissions import (
+from proofpool.validator import store
+from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
+from proofpool.validator.checks.verdict import reject
+from proofpool.validator.evidence import publish_verdict
+from proofpool.validator.resources import Resources
+from proofpool.validator.submissions import (
     IndexedSubmission,
     get_submission,
     last_issued_batch,
     pool_assignment,
     pool_manager,
 )
+from psycopg import Connection
+
+from proofpool.core.assignment import AssignmentConfig
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.storage import rollout_key
+from proofpool.infra.storage.s3 import ObjectNotFound, ObjectTooLarge
 
 log = logging.getLogger(__name__)
 

@@ -12,15 +12,15 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from eth_account.signers.local import LocalAccount
+from proofpool.validator.models import ModelCache
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
-from proofpool.chain.accounts import load_account
-from proofpool.chain.client import ChainClient
-from proofpool.config import Settings, get_settings
-from proofpool.served import ServedPools
-from proofpool.storage.s3 import ObjectStore
-from validator.models import ModelCache
+from proofpool.infra.chain.accounts import load_account
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.config import Settings, get_settings
+from proofpool.infra.served import ServedPools
+from proofpool.infra.storage.s3 import ObjectStore
 
 VALIDATOR_KEY_ENV = "PROOFPOOL_VALIDATOR_KEY"
 """The validator's key (hex, keystore path or env:NAME), read by every validator process."""

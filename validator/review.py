@@ -1,17 +1,17 @@
 """Reviewing another validator's rejection: recompute the file in full and contest if it is valid.
 
 A rejection in a pool with a challenge window waits before it slashes. Each validator's verdict
-sender queues a review of every rejection it sees indexed (`validator.review_store.to_review`);
+sender queues a review of every rejection it sees indexed (`proofpool.validator.review_store.to_review`);
 this is what a validation slot does with one:
 
 1. Skip what this validator must not or need not contest: its own rejection, its own node's or
    provider's work, a pool it does not serve, a rejection already executed or overturned, one
    whose window has closed, one it contested already.
-2. Judge the file as a fresh submission, recomputing every row (`validator.pipeline.judge`). An
-   accepted file also claims its assigned batch (`validator.pipeline.first_of_its_batch`): a
+2. Judge the file as a fresh submission, recomputing every row (`proofpool.validator.pipeline.judge`). An
+   accepted file also claims its assigned batch (`proofpool.validator.pipeline.first_of_its_batch`): a
    second file of a batch another file holds stays rejected (`duplicate_batch`).
 3. Publish the evidence document and record 'contest' (the file is valid) or 'upheld'. The
-   verdict sender sends the contest (`validator.verdicts`).
+   verdict sender sends the contest (`proofpool.validator.verdicts`).
 """
 
 from __future__ import annotations
@@ -19,13 +19,14 @@ from __future__ import annotations
 import logging
 from enum import StrEnum
 
-from proofpool.chain.bindings import WorkStatus
-from validator import review_store
-from validator.evidence import publish_verdict
-from validator.pipeline import first_of_its_batch, judge
-from validator.resources import Resources
-from validator.review_store import Review
-from validator.submissions import get_submission, last_issued_batch, pool_assignment, pool_manager
+from proofpool.validator import review_store
+from proofpool.validator.evidence import publish_verdict
+from proofpool.validator.pipeline import first_of_its_batch, judge
+from proofpool.validator.resources import Resources
+from proofpool.validator.review_store import Review
+from proofpool.validator.submissions import get_submission, last_issued_batch, pool_assignment, pool_manager
+
+from proofpool.infra.chain.bindings import WorkStatus
 
 log = logging.getLogger(__name__)
 

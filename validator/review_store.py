@@ -3,7 +3,7 @@
 A rejection in a pool with a challenge window slashes nobody until the window has passed. Every
 validator reviews the rejections of the others while they wait: its verdict sender queues one
 review per rejection it sees indexed (`to_review`), a validation slot recomputes the file in full
-(`validator.review.review`) and records 'upheld' or 'contest' with the evidence hash
+(`proofpool.validator.review.review`) and records 'upheld' or 'contest' with the evidence hash
 (`decide`), and the verdict sender sends the contests (`contestRejection`; `by_state` 'contest',
 `mark_sent`) and settles them once the rejection is executed or overturned (`by_state` 'sent',
 `mark_settled`). Table `reviews`, revision 0008; functions take the connection first and never

@@ -11,13 +11,13 @@ from typing import Any
 
 import psycopg
 import redis
+from proofpool.validator import store
 
-from proofpool.broker import REVIEWS_QUEUE, VALIDATE_QUEUE, VERDICTS_QUEUE, reviews_queue, verdicts_queue
-from proofpool.chain.client import ChainClient
-from proofpool.config import Settings
-from proofpool.errors import ProofpoolError
-from proofpool.http.ledger_client import LedgerClient
-from validator import store
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.broker import REVIEWS_QUEUE, VALIDATE_QUEUE, VERDICTS_QUEUE, reviews_queue, verdicts_queue
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.config import Settings
+from proofpool.infra.http.ledger_client import LedgerClient
 
 
 def validator_status(client: ChainClient, settings: Settings, address: str) -> dict[str, Any]:

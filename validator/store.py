@@ -2,7 +2,7 @@
 and `batch_claims` (revision 0005): which file an assigned batch was accepted for.
 
 A validation task claims a submission (`claim`), runs the checks and records its verdict
-(`record_decision`); the validator's one flusher (`validator.verdicts.flush_verdicts`) asks
+(`record_decision`); the validator's one flusher (`proofpool.validator.verdicts.flush_verdicts`) asks
 which verdicts are due (`due_verdicts`), sends them and marks the outcome (`mark_sent`,
 `mark_superseded`, `record_send_error`). Rows move claimed -> decided -> sent | superseded and
 never back, so a verdict, once recorded, is the only one this store will ever send for its key.
@@ -24,7 +24,7 @@ from psycopg import Connection
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from proofpool.chain.bindings import reason_code
+from proofpool.infra.chain.bindings import reason_code
 
 State = Literal["claimed", "decided", "sent", "superseded"]
 VerdictKind = Literal["accepted", "invalid"]

@@ -13,8 +13,8 @@ from datetime import datetime
 from psycopg import Connection
 from psycopg.rows import class_row
 
-from proofpool.assignment import DEFAULT_ASSIGNMENT, AssignmentConfig
-from proofpool.errors import ProofpoolError
+from proofpool.core.assignment import DEFAULT_ASSIGNMENT, AssignmentConfig
+from proofpool.core.errors import ProofpoolError
 
 SELECT_SUBMISSION = """
     SELECT pool_id, work_key, node, provider, work_units, model_version, status, submitted_at, block_number

@@ -1,4 +1,4 @@
-"""The Celery tasks: a thin shell over `validator.pipeline`, `validator.review` and `validator.verdicts`.
+"""The Celery tasks: a thin shell over the validator's `pipeline`, `review` and `verdicts`.
 
 `validate_submission(pool_id, work_key)` decides and records a verdict, then asks the verdict
 sender to flush. `review_rejection(pool_id, work_key, rejected_block)` recomputes a file another
@@ -20,19 +20,19 @@ import psycopg
 import redis
 import requests
 from celery import Task
+from proofpool.validator import metrics, review_store
+from proofpool.validator.celery_app import TimeLimitedTask, app
+from proofpool.validator.models import ModelUnavailable
+from proofpool.validator.pipeline import FileNotYetAvailable, HeldByAnother, Outcome, validate
+from proofpool.validator.resources import Resources, resources
+from proofpool.validator.review import ReviewOutcome, review
+from proofpool.validator.review_store import Review
+from proofpool.validator.submissions import SubmissionNotIndexed
+from proofpool.validator.verdicts import FlushBusy, flush_verdicts
 
-from proofpool.broker import REVIEW_REJECTION, SEND_VERDICTS, VALIDATE_SUBMISSION, reviews_queue, verdicts_queue
-from proofpool.chain.errors import NonceConflict, TxTimeout
-from proofpool.errors import ServiceUnavailable
-from validator import metrics, review_store
-from validator.celery_app import TimeLimitedTask, app
-from validator.models import ModelUnavailable
-from validator.pipeline import FileNotYetAvailable, HeldByAnother, Outcome, validate
-from validator.resources import Resources, resources
-from validator.review import ReviewOutcome, review
-from validator.review_store import Review
-from validator.submissions import SubmissionNotIndexed
-from validator.verdicts import FlushBusy, flush_verdicts
+from proofpool.core.errors import ServiceUnavailable
+from proofpool.infra.broker import REVIEW_REJECTION, SEND_VERDICTS, VALIDATE_SUBMISSION, reviews_queue, verdicts_queue
+from proofpool.infra.chain.errors import NonceConflict, TxTimeout
 
 log = logging.getLogger(__name__)
 

@@ -1,14 +1,14 @@
 """Sending the decided verdicts of one validator key on-chain (`flush_verdicts`).
 
-Validation tasks only record verdicts (`validator.store`); this flush turns them into
+Validation tasks only record verdicts (`proofpool.validator.store`); this flush turns them into
 transactions: each invalid key one `invalidateWork` at once, accepted keys one `attestWork`
-per pool and batch, each committing to the sha256 of its evidence (`validator.evidence`). It
+per pool and batch, each committing to the sha256 of its evidence (`proofpool.validator.evidence`). It
 reads every key's on-chain status before sending, sends only keys that are still Pending, and
 commits each transaction's rows before the next transaction, so after a crash the next flush
 finds what was mined (status no longer Pending) instead of sending twice. Then it settles this
 key's rejections: one whose pool's challenge window has passed uncontested is executed
 (`executeRejection`: the provider is slashed), one executed or overturned meanwhile is marked
-settled. Last, it sends the contests its reviews decided (`validator.review`) and settles them;
+settled. Last, it sends the contests its reviews decided (`proofpool.validator.review`) and settles them;
 a rejection overturned back to Pending is attested with the review's evidence, since nobody else
 will judge that file again. Exactly one flusher runs per validator key; a PostgreSQL session lock
 enforces it.
@@ -24,18 +24,18 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import requests
+from proofpool.validator import review_store, store
+from proofpool.validator.evidence import batch_evidence_sha256
+from proofpool.validator.review_store import Review
+from proofpool.validator.store import DueRow, Key, SentRejection, VerdictKind
 from psycopg import Connection
 from psycopg.pq import TransactionStatus
 from web3.types import TxReceipt
 
-from proofpool.chain.bindings import NO_EVIDENCE, Work, WorkStatus
-from proofpool.chain.client import ChainClient
-from proofpool.chain.errors import ContractRevert, NonceConflict, TxTimeout
-from proofpool.errors import ProofpoolError, ServiceUnavailable
-from validator import review_store, store
-from validator.evidence import batch_evidence_sha256
-from validator.review_store import Review
-from validator.store import DueRow, Key, SentRejection, VerdictKind
+from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.infra.chain.bindings import NO_EVIDENCE, Work, WorkStatus
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.errors import ContractRevert, NonceConflict, TxTimeout
 
 log = logging.getLogger(__name__)
 

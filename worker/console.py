@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 from rich.console import Console
 
-from proofpool.errors import ProofpoolError
-from proofpool.http.ledger_client import LedgerClient
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.http.ledger_client import LedgerClient
 
 LEDGER_STATUSES = ("pending", "accepted", "rejected", "finalized", "invalid", "forfeited", "expired")
 

@@ -1,7 +1,7 @@
 """The worker's inference engine: vLLM generation with seeded sampling and TOPLOC capture.
 
 For each request the engine returns the completion tokens chosen by the seeded Gumbel-max
-sampler (`worker.sampler`) and the final-norm hidden states (bf16) that produced them, which
+sampler (`proofpool.worker.sampler`) and the final-norm hidden states (bf16) that produced them, which
 are what TOPLOC proofs commit to. For a completion of n tokens these are n rows: the state at
 the last prompt position (it produced token 0), then the state of each fed-back completion
 token except the last (token j's state produced token j + 1).
@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import numpy as np
 import torch
+from proofpool.worker.sampler import EXTRA_ARGS_KEY, GumbelMaxLogitsProcessor, SamplerSettings, sampler_extra_args
 
-from proofpool.errors import ProofpoolError
-from worker.sampler import EXTRA_ARGS_KEY, GumbelMaxLogitsProcessor, SamplerSettings, sampler_extra_args
+from proofpool.core.errors import ProofpoolError
 
 if TYPE_CHECKING:
     from vllm import LLM

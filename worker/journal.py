@@ -7,7 +7,7 @@ says the backend was told the batch is done. The file is made durable
 on-chain, so a worker killed at any point finds on restart either no row (the batch is
 generated again: it was never uploaded or submitted) or a row whose file it still has.
 A batch with a row is never generated again, so the same assignment never yields two
-submissions; the submit step itself checks the chain before sending (see `worker.submit`).
+submissions; the submit step itself checks the chain before sending (see `proofpool.worker.submit`).
 
 SQLite in WAL mode, one connection per process shared by the worker loop (which writes batches)
 and its submitter thread (which moves them on), serialized by a lock.

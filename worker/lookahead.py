@@ -2,7 +2,7 @@
 
 After a node reports batch N, the backend hands out batch N + 1 of the same checkpoint unless
 the pool changed (a new checkpoint, other assignment settings, the node's state). Assignments
-are a pure function of public inputs (`proofpool.assignment`), so the node can work N + 1 out
+are a pure function of public inputs (`proofpool.core.assignment`), so the node can work N + 1 out
 itself, send the heartbeat in the background and generate meanwhile: the round trip (about 10 ms
 a batch, 4 % of generation on the benchmark) no longer stops the engine. The heartbeat's answer
 still decides: a generated batch is kept only if the assignment matches it field for field, and
@@ -16,9 +16,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from proofpool.assignment import AssignmentConfig, Checkpoint, assign
-from proofpool.http.node_api import Assignment, Heartbeat
-from worker.rollout import RolloutFile
+from proofpool.worker.rollout import RolloutFile
+
+from proofpool.core.assignment import AssignmentConfig, Checkpoint, assign
+from proofpool.infra.http.node_api import Assignment, Heartbeat
 
 
 def next_assignment(current: Assignment, node: str) -> Assignment:

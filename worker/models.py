@@ -2,7 +2,7 @@
 
 An assignment names a checkpoint version and the manifest hash the backend indexed. The worker
 trusts neither: it reads the manifest hash the chain recorded for that pool and version, refuses
-the assignment if the two differ, and lets `proofpool.checkpoint` download only the files it
+the assignment if the two differ, and lets `proofpool.infra.checkpoint` download only the files it
 lacks and check each file's sha256 against the manifest, through the configured relays
 (PROOFPOOL_CHECKPOINT_RELAYS) when there are any, the object store being the last resort.
 Version 0 without a manifest is the pool's base model (`proofpool.model.base`). Anything it
@@ -18,14 +18,15 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from proofpool.chain.client import ChainClient
-from proofpool.checkpoint import CheckpointError, ensure_checkpoint, onchain_manifest_sha256
-from proofpool.config import get_settings
-from proofpool.errors import ProofpoolError
-from proofpool.http.node_api import Assignment
+from proofpool.worker.engine import EngineConfig, InferenceEngine
+
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.checkpoint import CheckpointError, ensure_checkpoint, onchain_manifest_sha256
+from proofpool.infra.config import get_settings
+from proofpool.infra.http.node_api import Assignment
+from proofpool.infra.storage.s3 import ObjectStore
 from proofpool.model.base import UnknownBaseModel, resolve_base_model
-from proofpool.storage.s3 import ObjectStore
-from worker.engine import EngineConfig, InferenceEngine
 
 log = logging.getLogger(__name__)
 

@@ -13,11 +13,11 @@ unless told to wait for its provider). Then it loops, one assignment per turn:
    next batch: network time overlaps generation instead of adding to it;
 5. send the next heartbeat (reporting this batch) in the background and, while it travels,
    generate the batch it should assign, the next of the same checkpoint: kept if the answer
-   assigns exactly that, dropped if not (`worker.lookahead`).
+   assigns exactly that, dropped if not (`proofpool.worker.lookahead`).
 
 Faults: anything transient (backend, store or RPC down, a timeout) is retried with backoff and
 logged with pool, node and work key; a restarted worker finishes what its journal holds before
-new work and never generates a journaled batch again (see `worker.journal`). `stop` (set on
+new work and never generates a journaled batch again (see `proofpool.worker.journal`). `stop` (set on
 SIGTERM) is checked between steps and cuts retry waits short: the current batch is finished if
 it is past generation and the services answer, else left in the journal for the next start.
 """
@@ -35,26 +35,26 @@ from typing import Any
 
 import httpx
 from eth_account.signers.local import LocalAccount
+from proofpool.worker.console import WorkerConsole
+from proofpool.worker.engine import EngineConfig
+from proofpool.worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
+from proofpool.worker.lookahead import Generated, Lookahead, next_assignment
+from proofpool.worker.models import EngineSlot, ModelResolver, Unservable
+from proofpool.worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
+from proofpool.worker.rollout import RolloutFile, generate_rollout_file
+from proofpool.worker.strategy import Honest, RolloutStrategy
+from proofpool.worker.submit import SubmitRefused, stale_reason, submit, upload
 
-from proofpool.chain.bindings import MemberState, PoolStatus
-from proofpool.chain.client import ChainClient
-from proofpool.chain.errors import ContractRevert
-from proofpool.chain.units import format_pool
-from proofpool.errors import ProofpoolError
-from proofpool.http.node_api import Assignment, BatchRef, Heartbeat, NodeApi
-from proofpool.http.node_api import Unservable as UnservableReport
-from proofpool.http.signed_client import ApiRefused
-from proofpool.rollout import RolloutFileMeta
-from proofpool.storage.s3 import ObjectStore
-from worker.console import WorkerConsole
-from worker.engine import EngineConfig
-from worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
-from worker.lookahead import Generated, Lookahead, next_assignment
-from worker.models import EngineSlot, ModelResolver, Unservable
-from worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
-from worker.rollout import RolloutFile, generate_rollout_file
-from worker.strategy import Honest, RolloutStrategy
-from worker.submit import SubmitRefused, stale_reason, submit, upload
+from proofpool.core.errors import ProofpoolError
+from proofpool.core.rollout import RolloutFileMeta
+from proofpool.infra.chain.bindings import MemberState, PoolStatus
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.errors import ContractRevert
+from proofpool.infra.chain.units import format_pool
+from proofpool.infra.http.node_api import Assignment, BatchRef, Heartbeat, NodeApi
+from proofpool.infra.http.node_api import Unservable as UnservableReport
+from proofpool.infra.http.signed_client import ApiRefused
+from proofpool.infra.storage.s3 import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class WorkerConfig:
     backoff: Backoff = field(default_factory=Backoff)
     specs: dict[str, Any] = field(default_factory=dict)
     strategy: RolloutStrategy = field(default_factory=Honest)
-    """How rollout files are made and sent (`worker.strategy`): honest, except in devnet drills."""
+    """How rollout files are made and sent (`proofpool.worker.strategy`): honest, except in devnet drills."""
 
 
 class WorkerNode:
@@ -247,7 +247,7 @@ class WorkerNode:
 
     def turn(self) -> None:
         """One heartbeat and, if it carries work, one batch. After a batch, the next heartbeat goes
-        out in the background while the batch it should assign is generated (`worker.lookahead`)."""
+        out in the background while the batch it should assign is generated (`proofpool.worker.lookahead`)."""
         early = self._lookahead.generate(self._generate)
         try:
             beat = self._lookahead.answer() or self.heartbeat()

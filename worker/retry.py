@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 import requests
 
-from proofpool.chain.errors import NonceConflict, TxTimeout
-from proofpool.errors import ProofpoolError, ServiceUnavailable
-from proofpool.http.signed_client import ApiRefused
+from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.infra.chain.errors import NonceConflict, TxTimeout
+from proofpool.infra.http.signed_client import ApiRefused
 
 log = logging.getLogger(__name__)
 

@@ -11,11 +11,12 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from proofpool.worker.engine import Generation, GenerationRequest, InferenceEngine
+from proofpool.worker.sampler import SamplerSettings
+
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
-from proofpool.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.tasks.arithmetic import problem_from_id
-from worker.engine import Generation, GenerationRequest, InferenceEngine
-from worker.sampler import SamplerSettings
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The worker's seeded Gumbel-max sampler, as a vLLM v1 logits processor.
 
-Validators check that every committed token is what `proofpool.sampling.gumbel.sample_tokens`
+Validators check that every committed token is what `proofpool.core.sampling.gumbel.sample_tokens`
 picks from their own recomputed logits, for the sample's (sampling_seed, sample_index,
 position, temperature). The worker must therefore choose tokens with exactly that function,
 not with vLLM's sampler: this processor computes the chosen token per row from vLLM's raw
@@ -26,7 +26,7 @@ import numpy as np
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
-from proofpool.sampling.gumbel import sample_tokens
+from proofpool.core.sampling.gumbel import sample_tokens
 
 if TYPE_CHECKING:
     from vllm import SamplingParams

@@ -1,6 +1,6 @@
 """How a worker makes and sends its rollout files: the one hook a devnet adversary replaces.
 
-`worker.node.WorkerNode` asks its `RolloutStrategy` at the three points where a file is made and
+`proofpool.worker.node.WorkerNode` asks its `RolloutStrategy` at the three points where a file is made and
 sent: which model directory generates an assignment's batch, the file from a generation, and the
 journaled batch as `submitWork` sends it; and whether to refuse sending a batch whose version fell
 out of the pool's window. `Honest`, the default, changes nothing. The devnet's dishonest workers
@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from proofpool.http.node_api import Assignment
-    from proofpool.rollout import RolloutFileMeta
-    from worker.journal import JournalEntry
-    from worker.rollout import RolloutFile
+    from proofpool.worker.journal import JournalEntry
+    from proofpool.worker.rollout import RolloutFile
+
+    from proofpool.core.rollout import RolloutFileMeta
+    from proofpool.infra.http.node_api import Assignment
 
 
 class RolloutStrategy(Protocol):

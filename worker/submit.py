@@ -16,15 +16,15 @@ import threading
 from dataclasses import dataclass
 
 import httpx
+from proofpool.worker.journal import JournalEntry
+from proofpool.worker.retry import Backoff, is_transient, retry
 
-from proofpool.chain.bindings import WorkStatus
-from proofpool.chain.client import ChainClient
-from proofpool.chain.errors import ContractRevert
-from proofpool.errors import ProofpoolError
-from proofpool.http.node_api import NodeApi
-from proofpool.storage.s3 import put_presigned
-from worker.journal import JournalEntry
-from worker.retry import Backoff, is_transient, retry
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.bindings import WorkStatus
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.errors import ContractRevert
+from proofpool.infra.http.node_api import NodeApi
+from proofpool.infra.storage.s3 import put_presigned
 
 log = logging.getLogger(__name__)
 

@@ -9,18 +9,18 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, Request
+from proofpool.backend.api.errors import ApiError
+from proofpool.backend.db import nodes as nodes_db
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 
-from backend.api.errors import ApiError
-from backend.db import nodes as nodes_db
-from proofpool.auth.nonce_store import NonceStore
-from proofpool.auth.signed_request import Deployment, SignedHeaders, request_target, verify_request
-from proofpool.chain.deploy import load_address_book
-from proofpool.config import Settings
-from proofpool.errors import ConfigError
-from proofpool.storage import ObjectStore
+from proofpool.core.auth.signed_request import Deployment, SignedHeaders, request_target, verify_request
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.deploy import load_address_book
+from proofpool.infra.config import Settings
+from proofpool.infra.nonce_store import NonceStore
+from proofpool.infra.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ async def get_settings_dep(request: Request) -> Settings:
 
 
 async def get_conn(request: Request) -> AsyncIterator[AsyncConnection]:
-    """A pooled autocommit connection (see `backend.app.lifespan`)."""
+    """A pooled autocommit connection (see `proofpool.backend.app.lifespan`)."""
     pool: AsyncConnectionPool = request.app.state.db
     async with pool.connection() as conn:
         yield conn
@@ -61,7 +61,7 @@ RedisDep = Annotated[Redis, Depends(get_redis)]
 
 
 async def read_body(request: Request) -> bytes:
-    """The raw body. Its size is capped as it arrives by `backend.body_limit.BodyLimit`, which
+    """The raw body. Its size is capped as it arrives by `proofpool.backend.body_limit.BodyLimit`, which
     refuses it with 413 before it grows past `request_max_bytes`."""
     return await request.body()
 

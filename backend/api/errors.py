@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 from redis.exceptions import RedisError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from proofpool.auth.signed_request import AuthError
-from proofpool.errors import ServiceUnavailable
+from proofpool.core.auth.signed_request import AuthError
+from proofpool.core.errors import ServiceUnavailable
 
 log = logging.getLogger(__name__)
 

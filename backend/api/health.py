@@ -1,5 +1,5 @@
 """`/healthz`: what the backend depends on, and how far the indexer lags the chain.
-(Prometheus metrics are served on an internal address of their own: `backend.metrics`.)"""
+(Prometheus metrics are served on an internal address of their own: `proofpool.backend.metrics`.)"""
 
 from __future__ import annotations
 
@@ -7,14 +7,14 @@ import psycopg
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
+from proofpool.backend.api.deps import get_object_store
 from psycopg_pool import AsyncConnectionPool
 from pydantic import BaseModel
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from backend.api.deps import get_object_store
-from proofpool.chain.rpc import connect
-from proofpool.errors import ProofpoolError
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.rpc import connect
 
 router = APIRouter(tags=["health"])
 

@@ -15,11 +15,9 @@ from functools import cache
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Response
-from pydantic import TypeAdapter
-
-from backend.api.deps import Conn
-from backend.api.errors import ApiError
-from backend.api.ledger_models import (
+from proofpool.backend.api.deps import Conn
+from proofpool.backend.api.errors import ApiError
+from proofpool.backend.api.ledger_models import (
     CheckpointQuery,
     LedgerPage,
     MembershipQuery,
@@ -34,8 +32,8 @@ from backend.api.ledger_models import (
     VerdictQuery,
     WorkKey,
 )
-from backend.db import ledger
-from backend.db.ledger import (
+from proofpool.backend.db import ledger
+from proofpool.backend.db.ledger import (
     CheckpointRow,
     InvalidCursor,
     Listing,
@@ -50,6 +48,7 @@ from backend.db.ledger import (
     ValidatorRow,
     VerdictRow,
 )
+from pydantic import TypeAdapter
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ def _adapter(row_type: type) -> TypeAdapter[list[Any]]:
 
 def _json_response(row_type: type, page: ledger.Page[Any]) -> Response:
     """The page as the `LedgerPage` JSON, serialized straight from the rows: they are typed and
-    converted in `backend.db.ledger`, so validating them again would only cost time."""
+    converted in `proofpool.backend.db.ledger`, so validating them again would only cost time."""
     items = _adapter(row_type).dump_json(page.items)
     body = b'{"items":' + items + b',"next_cursor":' + json.dumps(page.next_cursor).encode() + b"}"
     return Response(body, media_type="application/json")

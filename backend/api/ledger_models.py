@@ -10,9 +10,15 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from eth_utils import is_checksum_address, is_hex_address, to_checksum_address
+from proofpool.backend.db.ledger import (
+    MAX_CURSOR_CHARS,
+    MemberState,
+    PoolStatus,
+    RewardKind,
+    SubmissionStatus,
+    VerdictKind,
+)
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-
-from backend.db.ledger import MAX_CURSOR_CHARS, MemberState, PoolStatus, RewardKind, SubmissionStatus, VerdictKind
 
 Row = TypeVar("Row")
 

@@ -8,12 +8,11 @@ from typing import Annotated, Any
 
 from eth_utils import to_checksum_address
 from fastapi import APIRouter, Path
+from proofpool.backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller
+from proofpool.backend.api.errors import ApiError
+from proofpool.backend.orchestrator import discovery
+from proofpool.backend.orchestrator.states import Liveness, NodeState
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
-
-from backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller
-from backend.api.errors import ApiError
-from backend.orchestrator import discovery
-from backend.orchestrator.states import Liveness, NodeState
 
 router = APIRouter(prefix="/nodes", tags=["nodes"])
 

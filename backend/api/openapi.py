@@ -6,7 +6,7 @@ added here, derived from what the route depends on, so the document cannot forge
 route gains a dependency: 413 from the body cap (every route), 422 from validation (routes with
 parameters or a body), 400 for an unparsable body, 404 for a path that matches no route, 401
 and 503 from the signed-request check, 503 from PostgreSQL or Redis being down. Every 4xx/5xx answer without a
-schema of its own gets `ErrorBody`, which is what `backend.api.errors` sends.
+schema of its own gets `ErrorBody`, which is what `proofpool.backend.api.errors` sends.
 `tests/integration/test_api_schemathesis.py` fuzzes every operation with signed requests and
 fails on any status or body the document does not list.
 """
@@ -21,9 +21,8 @@ from fastapi import FastAPI
 from fastapi.dependencies.models import Dependant
 from fastapi.dependencies.utils import get_flat_dependant
 from fastapi.routing import APIRoute
-
-from backend.api.deps import get_conn, get_nonce_store, get_redis, signed_caller
-from backend.api.errors import ErrorBody
+from proofpool.backend.api.deps import get_conn, get_nonce_store, get_redis, signed_caller
+from proofpool.backend.api.errors import ErrorBody
 
 ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 FASTAPI_VALIDATION_SCHEMAS = ("HTTPValidationError", "ValidationError")

@@ -10,12 +10,11 @@ from typing import Annotated
 from eth_utils import to_checksum_address
 from fastapi import APIRouter, Body, Path, Query, Response
 from prometheus_client import Counter
+from proofpool.backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller
+from proofpool.backend.orchestrator import heartbeat as beats
+from proofpool.backend.orchestrator import invites, unservable
+from proofpool.backend.orchestrator.states import Liveness, NodeState
 from pydantic import BaseModel, ConfigDict, Field
-
-from backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller
-from backend.orchestrator import heartbeat as beats
-from backend.orchestrator import invites, unservable
-from backend.orchestrator.states import Liveness, NodeState
 
 router = APIRouter(tags=["orchestrator"])
 

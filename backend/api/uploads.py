@@ -18,15 +18,15 @@ from typing import Literal
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 from prometheus_client import Counter
+from proofpool.backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller, StoreDep
+from proofpool.backend.api.errors import ApiError, error_response
+from proofpool.backend.db import memberships
 from pydantic import BaseModel, ConfigDict, Field
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
-from backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller, StoreDep
-from backend.api.errors import ApiError, error_response
-from backend.db import memberships
-from proofpool.errors import ServiceUnavailable
-from proofpool.storage import ROLLOUT_CONTENT_TYPE, normalize_sha256, rollout_key
+from proofpool.core.errors import ServiceUnavailable
+from proofpool.infra.storage import ROLLOUT_CONTENT_TYPE, normalize_sha256, rollout_key
 
 log = logging.getLogger(__name__)
 
@@ -91,7 +91,7 @@ _RESPONSES: dict[int | str, dict] = {
         "headers": {"Retry-After": {"description": "Seconds until the next URL.", "schema": {"type": "integer"}}},
     },
 }
-"""This route's own refusals; the ones every signed route shares are added by `backend.api.openapi`."""
+"""This route's own refusals; the ones every signed route shares are added by `proofpool.backend.api.openapi`."""
 
 
 @router.post("", response_model=UploadTicket, responses=_RESPONSES)

@@ -1,7 +1,7 @@
 """Raw chain data the indexer keeps: events (`chain_events`), blocks seen (`chain_blocks`) and its
 cursor (`indexer_state`). Sync psycopg: the indexer is one process with one connection.
 
-Callers own the transaction (see `backend.indexer.follow`): a range's events, blocks, projections,
+Callers own the transaction (see `proofpool.backend.indexer.follow`): a range's events, blocks, projections,
 outbox rows and the cursor commit together or not at all.
 """
 
@@ -12,9 +12,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from proofpool.backend.indexer.records import BlockHeader, IndexedEvent
 from psycopg import Connection
-
-from backend.indexer.records import BlockHeader, IndexedEvent
 
 INDEXER_LOCK_ID = 0x70726F6F66  # "proof": session advisory lock held by the one running indexer
 

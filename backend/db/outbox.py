@@ -1,5 +1,5 @@
 """The outbox: tasks to send to Celery, written in the same transaction as the events that
-caused them and marked once sent (see `backend.indexer.outbox` for the delivery guarantee)."""
+caused them and marked once sent (see `proofpool.backend.indexer.outbox` for the delivery guarantee)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Parameters common to every statement: `block` (block number), `tx` (tx hash byte
 (log index): the position of the log that made the change, kept on the row it changed.
 Inserts keyed by a log are `ON CONFLICT DO NOTHING`; upserts of entity rows are written so an
 event about a row never seen (a history that starts mid-way) still succeeds. The functions that
-fill these parameters from events are in `backend.indexer.projections`.
+fill these parameters from events are in `proofpool.backend.indexer.projections`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ validation row makes the validators skip the submission should the same transact
 again (its verdict transaction is gone with the reorg). Deleting both returns the submission to
 "never seen": if it comes back, it is dispatched and judged afresh.
 
-Called by `backend.indexer.reorg.roll_back` before the raw events are deleted, in its transaction.
+Called by `proofpool.backend.indexer.reorg.roll_back` before the raw events are deleted, in its transaction.
 """
 
 from __future__ import annotations

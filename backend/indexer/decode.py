@@ -1,6 +1,6 @@
 """Decoding raw `eth_getLogs` results straight into the `chain_events.args` shape, fast.
 
-`proofpool.chain.events.EventDecoder` (web3's `get_event_data` behind web3's result formatters)
+`proofpool.infra.chain.events.EventDecoder` (web3's `get_event_data` behind web3's result formatters)
 costs about 1 ms per log here, which alone caps the indexer near 1,000 events/s. This decoder
 reads the same ABIs but decodes static words by slicing (addresses checksummed through a cache),
 leaving only dynamic types (strings) to eth_abi: about 20x faster. A test checks it gives the
@@ -19,7 +19,7 @@ from eth_abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
 from eth_utils import event_abi_to_log_topic, to_checksum_address
 
-from proofpool.chain.artifacts import load_artifact
+from proofpool.infra.chain.artifacts import load_artifact
 
 
 @lru_cache(maxsize=65536)

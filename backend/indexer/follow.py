@@ -5,13 +5,13 @@ store the raw events (idempotent on tx hash + log index) and the headers seen, a
 events to the projections, queue one validation task per new `WorkSubmitted`, move the cursor.
 A crash anywhere leaves either all of it or none of it, so a restart resumes at the cursor with
 no gap and no duplicate. Before a range is written it is checked against the stored blocks; a
-mismatch is a reorg, handled by `backend.indexer.reorg` (fork point, rollback, re-index).
+mismatch is a reorg, handled by `proofpool.backend.indexer.reorg` (fork point, rollback, re-index).
 
 Faults: a lost or restarted PostgreSQL (including `pg_terminate_backend`), an unreachable RPC
 node or broker are waited out with capped exponential backoff, logging what is awaited; the
 range in flight is rolled back by PostgreSQL and read again from the cursor, never skipped.
 Only one indexer writes at a time: it holds a session advisory lock while it runs. Its sessions
-are bounded (`backend.indexer.session`): no DB call waits forever, and a session whose client is
+are bounded (`proofpool.backend.indexer.session`): no DB call waits forever, and a session whose client is
 gone is ended by the server within `session_timeout`, so its lock never outlives it for long.
 """
 
@@ -24,21 +24,21 @@ from dataclasses import dataclass, field
 
 import psycopg
 import requests
+from proofpool.backend.db import chain as chain_db
+from proofpool.backend.db import outbox as outbox_db
+from proofpool.backend.db.outbox import OutboxTask
+from proofpool.backend.indexer.decode import FastDecoder
+from proofpool.backend.indexer.outbox import Dispatcher, DispatchLoop, celery_sender, validation_tasks
+from proofpool.backend.indexer.projections import apply_events
+from proofpool.backend.indexer.reorg import conflict_in_range, find_fork, roll_back, tip_conflict
+from proofpool.backend.indexer.session import connect
+from proofpool.backend.indexer.source import ChainMoved, ChainSource, RangeBatch, RangeRefused
 
-from backend.db import chain as chain_db
-from backend.db import outbox as outbox_db
-from backend.db.outbox import OutboxTask
-from backend.indexer.decode import FastDecoder
-from backend.indexer.outbox import Dispatcher, DispatchLoop, celery_sender, validation_tasks
-from backend.indexer.projections import apply_events
-from backend.indexer.reorg import conflict_in_range, find_fork, roll_back, tip_conflict
-from backend.indexer.session import connect
-from backend.indexer.source import ChainMoved, ChainSource, RangeBatch, RangeRefused
-from proofpool.chain.deploy import AddressBook
-from proofpool.config import Settings
-from proofpool.db import connection_error, redact
-from proofpool.errors import ConfigError, ServiceUnavailable
-from proofpool.served import ServedPools
+from proofpool.core.errors import ConfigError, ServiceUnavailable
+from proofpool.infra.chain.deploy import AddressBook
+from proofpool.infra.config import Settings
+from proofpool.infra.db import connection_error, redact
+from proofpool.infra.served import ServedPools
 
 log = logging.getLogger(__name__)
 
@@ -358,8 +358,8 @@ def setup_indexer(
     rpc_url: str | None = None,
 ) -> Indexer:
     """An indexer for the configured chain, address book, database and broker."""
-    from proofpool.broker import make_celery
-    from proofpool.chain.client import ChainClient
+    from proofpool.infra.broker import make_celery
+    from proofpool.infra.chain.client import ChainClient
 
     client = ChainClient.from_settings(None, rpc_url=rpc_url or settings.rpc_url)
     dispatcher = Dispatcher(celery_sender(make_celery(settings, "proofpool-indexer"))) if dispatch else None

@@ -1,7 +1,7 @@
 """The verdict of `proofpool ledger verify` as data: two key-ordered row streams merged into
 differences (`diff_rows`, pure), per table and in total, and rendered for people and as JSON.
 
-Kept apart from the rebuild (`backend.indexer.verify`), which needs a chain and two databases:
+Kept apart from the rebuild (`proofpool.backend.indexer.verify`), which needs a chain and two databases:
 everything here is tested without either.
 """
 

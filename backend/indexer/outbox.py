@@ -24,13 +24,13 @@ from typing import Any, Protocol
 import psycopg
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerError
+from proofpool.backend.db import outbox as outbox_db
+from proofpool.backend.db.outbox import OutboxTask, PendingRow
+from proofpool.backend.indexer.records import IndexedEvent
+from proofpool.backend.indexer.session import connect
 from psycopg import Connection
 
-from backend.db import outbox as outbox_db
-from backend.db.outbox import OutboxTask, PendingRow
-from backend.indexer.records import IndexedEvent
-from backend.indexer.session import connect
-from proofpool.broker import VALIDATE_SUBMISSION, task_id_for
+from proofpool.infra.broker import VALIDATE_SUBMISSION, task_id_for
 
 log = logging.getLogger(__name__)
 
@@ -149,7 +149,7 @@ class DispatchLoop(threading.Thread):
         self.poll_interval = poll_interval
         self.max_backoff = max_backoff
         self.session_timeout = session_timeout
-        """Bounds each statement and idle period of the dispatcher's session (`backend.indexer.session`)."""
+        """Bounds each statement and idle period of the dispatcher's session (`proofpool.backend.indexer.session`)."""
         self.sent = 0
         self.retries = 0
         self.error: BaseException | None = None

@@ -1,9 +1,9 @@
 """From events to projection rows: one function per event name.
 
-Each function turns one `IndexedEvent` into the statements of `backend.db.projections` that
+Each function turns one `IndexedEvent` into the statements of `proofpool.backend.db.projections` that
 apply it. They read nothing but the event (and the rows the statements touch), so replaying the
 same events in chain order always gives the same rows: the incremental indexer and
-`backend.indexer.rebuild` call the same `apply_events`, and a test checks both agree.
+`proofpool.backend.indexer.rebuild` call the same `apply_events`, and a test checks both agree.
 
 Event names that change no projection (token transfers, admin setters, ...) are stored in
 `chain_events` and skipped here.
@@ -14,12 +14,12 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from proofpool.backend.db import projections as sql
+from proofpool.backend.indexer.records import IndexedEvent, hex_bytes
 from psycopg import Connection, Cursor
 from web3 import Web3
 
-from backend.db import projections as sql
-from backend.indexer.records import IndexedEvent, hex_bytes
-from proofpool.chain.bindings import reason_text
+from proofpool.infra.chain.bindings import reason_text
 
 Apply = Callable[[Cursor, IndexedEvent], None]
 

@@ -11,11 +11,10 @@ from __future__ import annotations
 import logging
 import time
 
+from proofpool.backend.db import chain as chain_db
+from proofpool.backend.db import projections as projections_db
+from proofpool.backend.indexer.projections import apply_events
 from psycopg import Connection
-
-from backend.db import chain as chain_db
-from backend.db import projections as projections_db
-from backend.indexer.projections import apply_events
 
 log = logging.getLogger(__name__)
 

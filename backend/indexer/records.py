@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from proofpool.chain.events import ChainEvent
+from proofpool.infra.chain.events import ChainEvent
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ at the same height, a range whose first block does not extend the stored block b
 stored block the chain no longer has (anvil's `evm_revert` shortens the chain).
 
 Rollback, in one transaction: delete the validators' batch claims and validation rows of the
-submissions above the fork point (`backend.db.reorg`: else a re-submitted file of the same batch
+submissions above the fork point (`proofpool.backend.db.reorg`: else a re-submitted file of the same batch
 would be a `duplicate_batch`), delete raw events and blocks at or above the fork point, delete
 unsent outbox rows of those blocks, move the cursor back to the fork point, and rebuild the
 projections from the remaining raw events (only when events were removed). The follow loop
@@ -19,13 +19,12 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from proofpool.backend.db import chain as chain_db
+from proofpool.backend.db import outbox as outbox_db
+from proofpool.backend.db.reorg import delete_validator_state_from
+from proofpool.backend.indexer.rebuild import rebuild_projections
+from proofpool.backend.indexer.source import ChainSource, RangeBatch
 from psycopg import Connection
-
-from backend.db import chain as chain_db
-from backend.db import outbox as outbox_db
-from backend.db.reorg import delete_validator_state_from
-from backend.indexer.rebuild import rebuild_projections
-from backend.indexer.source import ChainSource, RangeBatch
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from proofpool.backend.indexer.decode import FastDecoder
+from proofpool.backend.indexer.records import BlockHeader, IndexedEvent
 from web3 import Web3
 
-from backend.indexer.decode import FastDecoder
-from backend.indexer.records import BlockHeader, IndexedEvent
-from proofpool.errors import ServiceUnavailable
+from proofpool.core.errors import ServiceUnavailable
 
 
 class ChainMoved(Exception):

@@ -34,21 +34,21 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from proofpool.backend.db import chain as chain_db
+from proofpool.backend.db.projections import PROJECTION_TABLES
+from proofpool.backend.indexer.decode import FastDecoder
+from proofpool.backend.indexer.follow import DB_ERRORS, RPC_ERRORS, Indexer, IndexerOptions
+from proofpool.backend.indexer.ledger_diff import DEFAULT_LIMIT, LedgerDiff, TableDiff, diff_rows
+from proofpool.backend.indexer.reorg import roll_back
+from proofpool.backend.indexer.source import ChainMoved, ChainSource
 from psycopg import sql
 from web3 import Web3
 
-from backend.db import chain as chain_db
-from backend.db.projections import PROJECTION_TABLES
-from backend.indexer.decode import FastDecoder
-from backend.indexer.follow import DB_ERRORS, RPC_ERRORS, Indexer, IndexerOptions
-from backend.indexer.ledger_diff import DEFAULT_LIMIT, LedgerDiff, TableDiff, diff_rows
-from backend.indexer.reorg import roll_back
-from backend.indexer.source import ChainMoved, ChainSource
-from proofpool import db
-from proofpool.chain.deploy import AddressBook, load_address_book
-from proofpool.chain.rpc import connect
-from proofpool.config import get_settings
-from proofpool.errors import ConfigError, ServiceUnavailable
+from proofpool.core.errors import ConfigError, ServiceUnavailable
+from proofpool.infra import db
+from proofpool.infra.chain.deploy import AddressBook, load_address_book
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.config import get_settings
 
 log = logging.getLogger(__name__)
 

@@ -12,15 +12,14 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from proofpool.backend.api.errors import ApiError
+from proofpool.backend.db import nodes as db
+from proofpool.backend.orchestrator import liveness, unservable
+from proofpool.backend.orchestrator.heartbeat import not_registered
+from proofpool.backend.orchestrator.states import Liveness, NodeState, latest, node_state
+from proofpool.backend.orchestrator.unservable import UnservableReport
 from psycopg import AsyncConnection
 from redis.asyncio import Redis
-
-from backend.api.errors import ApiError
-from backend.db import nodes as db
-from backend.orchestrator import liveness, unservable
-from backend.orchestrator.heartbeat import not_registered
-from backend.orchestrator.states import Liveness, NodeState, latest, node_state
-from backend.orchestrator.unservable import UnservableReport
 
 log = logging.getLogger(__name__)
 

@@ -15,16 +15,16 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
+from proofpool.backend.api.errors import ApiError
+from proofpool.backend.db import nodes as db
+from proofpool.backend.orchestrator import liveness
+from proofpool.backend.orchestrator import unservable as unservable_reports
+from proofpool.backend.orchestrator.states import Liveness, NodeState, node_state
+from proofpool.backend.orchestrator.unservable import UnservableReport
 from psycopg import AsyncConnection
 from redis.asyncio import Redis
 
-from backend.api.errors import ApiError
-from backend.db import nodes as db
-from backend.orchestrator import liveness
-from backend.orchestrator import unservable as unservable_reports
-from backend.orchestrator.states import Liveness, NodeState, node_state
-from backend.orchestrator.unservable import UnservableReport
-from proofpool.assignment import DEFAULT_ASSIGNMENT, Assignment, Checkpoint, assign
+from proofpool.core.assignment import DEFAULT_ASSIGNMENT, Assignment, Checkpoint, assign
 
 log = logging.getLogger(__name__)
 

@@ -11,16 +11,16 @@ import logging
 from dataclasses import dataclass
 
 from eth_account.signers.local import LocalAccount
+from proofpool.backend.api.errors import ApiError
+from proofpool.backend.db import nodes as db
+from proofpool.backend.orchestrator.heartbeat import not_registered
+from proofpool.backend.orchestrator.manager_key import manager_key
 from psycopg import AsyncConnection
 
-from backend.api.errors import ApiError
-from backend.db import nodes as db
-from backend.orchestrator.heartbeat import not_registered
-from backend.orchestrator.manager_key import manager_key
-from proofpool.chain.deploy import load_address_book
-from proofpool.chain.signing import sign_invite
-from proofpool.config import Settings
-from proofpool.errors import ConfigError
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.deploy import load_address_book
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.config import Settings
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from functools import lru_cache
 
 from eth_account.signers.local import LocalAccount
 
-from proofpool.chain.accounts import load_account
-from proofpool.config import Settings
-from proofpool.errors import ConfigError
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.accounts import load_account
+from proofpool.infra.config import Settings
 
 MANAGER_KEY_ENV = "PROOFPOOL_MANAGER_PRIVATE_KEY"
 

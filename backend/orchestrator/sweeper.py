@@ -17,18 +17,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from proofpool.backend.db import nodes as db
+from proofpool.backend.orchestrator import liveness
+from proofpool.backend.orchestrator.manager_key import manager_key
+from proofpool.backend.orchestrator.states import Liveness, NodeState, latest, node_state
 from psycopg import AsyncConnection
 from redis.asyncio import Redis
 
-from backend.db import nodes as db
-from backend.orchestrator import liveness
-from backend.orchestrator.manager_key import manager_key
-from backend.orchestrator.states import Liveness, NodeState, latest, node_state
-from proofpool.chain.bindings import MemberState
-from proofpool.chain.client import ChainClient
-from proofpool.chain.errors import ContractRevert
-from proofpool.config import Settings
-from proofpool.errors import ConfigError
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.bindings import MemberState
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.errors import ContractRevert
+from proofpool.infra.config import Settings
 
 log = logging.getLogger(__name__)
 

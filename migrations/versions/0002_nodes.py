@@ -55,7 +55,7 @@ CREATE TABLE node_batches (
     PRIMARY KEY (pool_id, node)
 );
 
--- NULL columns keep the defaults of proofpool.assignment.AssignmentConfig.
+-- NULL columns keep the defaults of proofpool.core.assignment.AssignmentConfig.
 CREATE TABLE pool_assignment_config (
     pool_id     BIGINT PRIMARY KEY,
     batch_size  INTEGER CHECK (batch_size BETWEEN 1 AND 4096),

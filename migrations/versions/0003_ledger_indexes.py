@@ -8,7 +8,7 @@ Revises: 0002
   trainer's "accepted work of pool P", an auditor's "invalid work of pool P").
 - `submissions_time_position (submitted_at) INCLUDE (block_number, log_index, status)`: a time
   window's keys (and status filter) read from the index alone, so a `since` page sorts only the
-  window's keys (see `backend.db.ledger.page_sql`). It covers every query of 0001's
+  window's keys (see `proofpool.backend.db.ledger.page_sql`). It covers every query of 0001's
   `submissions_submitted_at`, which could be dropped.
 - `submissions_pool_time_position (pool_id, submitted_at) INCLUDE (block_number, log_index, status)`:
   the same for a time window within one pool ("pool P last week").

@@ -4,7 +4,7 @@ Revision ID: 0005
 Revises: 0004
 
 A batch (pool, node, checkpoint version, batch counter) fixes a file's problems and sampling seed
-(`proofpool.assignment`), so the same rows can be re-encoded into a file with other bytes, hence
+(`proofpool.core.assignment`), so the same rows can be re-encoded into a file with other bytes, hence
 another work key, and would pass every per-file check a second time. A validator that accepts a
 file claims its batch here, in the transaction that records the verdict; a second file of the same
 batch finds the first one's key and is invalidated as `duplicate_batch` (see

@@ -4,7 +4,7 @@ Revision ID: 0006
 Revises: 0005
 
 `pool_assignment_config.temperature`: the temperature is part of the assignment (NULL keeps the
-default of `proofpool.assignment.AssignmentConfig`), so a node cannot choose it; validators reject
+default of `proofpool.core.assignment.AssignmentConfig`), so a node cannot choose it; validators reject
 rows sampled at any other temperature.
 
 `issued_batches`: the orchestrator hands out batches 0, 1, 2, ... of a checkpoint version, one

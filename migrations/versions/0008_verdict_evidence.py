@@ -4,7 +4,7 @@ Revision ID: 0008
 Revises: 0007
 
 Every verdict commits on-chain to the sha256 of its evidence, a JSON document the validator
-keeps in the object store (`validator.evidence`): `validations.evidence_sha256` is that hash, so a
+keeps in the object store (`proofpool.validator.evidence`): `validations.evidence_sha256` is that hash, so a
 restarted flusher sends the same commitment. A rejection in a pool with a challenge window is
 `Rejected` on-chain until the window passes (or a quorum of other validators contests it):
 `submissions.status` gains 'rejected' (and 'expired': Pending work of a closed pool that nobody

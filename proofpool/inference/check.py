@@ -23,9 +23,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
-from proofpool.inference.prefill import Recomputation, prefill_batch
-from proofpool.sampling.ties import DEFAULT_TIE_ALPHA, TieTest, tie_test
-from proofpool.sampling.verify import (
+from proofpool.core.sampling.ties import DEFAULT_TIE_ALPHA, TieTest, tie_test
+from proofpool.core.sampling.verify import (
     DEFAULT_TIE_TOLERANCE,
     SamplingCheck,
     SamplingInput,
@@ -33,13 +32,14 @@ from proofpool.sampling.verify import (
     sampling_verdict,
     verify_batch,
 )
-from proofpool.toploc import DEFAULT_TOPK, ChunkCheck, toploc_verdict, verify_proof_blobs_batch
-from proofpool.toploc.verify import NO_MATCH, ToplocReason
+from proofpool.core.toploc import DEFAULT_TOPK, ChunkCheck, toploc_verdict, verify_proof_blobs_batch
+from proofpool.core.toploc.verify import NO_MATCH, ToplocReason
+from proofpool.inference.prefill import Recomputation, prefill_batch
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM
 
-    from proofpool.rollout import RolloutSample
+    from proofpool.core.rollout import RolloutSample
 
 SampleReason = ToplocReason | SamplingReason
 FileReason = Literal["file_statistic", "tie_steering"]

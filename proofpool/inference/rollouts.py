@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
-from proofpool.rl.advantages import group_advantages
-from proofpool.rollout import RolloutSample
+from proofpool.core.rl.advantages import group_advantages
+from proofpool.core.rollout import RolloutSample
+from proofpool.core.toploc import build_proofs_batch, join_proofs
 from proofpool.tasks.arithmetic import reward
-from proofpool.toploc import build_proofs_batch, join_proofs
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from proofpool.errors import ProofpoolError
+from proofpool.core.errors import ProofpoolError
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.model.warmup import Progress
 

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal
 
-from proofpool.errors import ProofpoolError
+from proofpool.core.errors import ProofpoolError
 from proofpool.model.tokenizer import BOS_ID, EOS_ID, MAX_LENGTH, PAD_ID, VOCAB, VOCAB_SIZE, save_tokenizer
 
 if TYPE_CHECKING:

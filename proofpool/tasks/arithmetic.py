@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from proofpool.errors import ProofpoolError
+from proofpool.core.errors import ProofpoolError
 from proofpool.model.tokenizer import decode_tokens, encode_text
 
 MAX_OPERAND: Final = 99

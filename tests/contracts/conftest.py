@@ -13,12 +13,12 @@ import pytest
 from eth_account import Account
 from web3 import Web3
 
-from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
-from proofpool.chain.artifacts import Artifact, load_artifact
-from proofpool.chain.compile import build_is_stale, compile_contracts, compile_sources
-from proofpool.chain.deploy import TOKEN, DeployParams, deploy_contracts, grant_role
-from proofpool.chain.rpc import connect
-from proofpool.chain.tx import TxSender
+from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
+from proofpool.infra.chain.artifacts import Artifact, load_artifact
+from proofpool.infra.chain.compile import build_is_stale, compile_contracts, compile_sources
+from proofpool.infra.chain.deploy import TOKEN, DeployParams, deploy_contracts, grant_role
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.tx import TxSender
 from tests.contracts.helpers import Actor, Chain, Deployment
 
 UNBONDING_PERIOD = 7 * 24 * 3600

@@ -14,11 +14,11 @@ from eth_account.signers.local import LocalAccount
 from web3 import Web3
 from web3.types import TxReceipt
 
-from proofpool.chain.deploy import TOKEN, AddressBook
-from proofpool.chain.errors import ContractRevert
-from proofpool.chain.events import ChainEvent, EventDecoder
-from proofpool.chain.signing import sign_invite, sign_node_ownership
-from proofpool.chain.tx import TxSender
+from proofpool.infra.chain.deploy import TOKEN, AddressBook
+from proofpool.infra.chain.errors import ContractRevert
+from proofpool.infra.chain.events import ChainEvent, EventDecoder
+from proofpool.infra.chain.signing import sign_invite, sign_node_ownership
+from proofpool.infra.chain.tx import TxSender
 
 __all__ = ["ANY", "TOKEN", "Actor", "Chain", "Deployment", "expect_revert", "work_key"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from proofpool.chain.deploy import load_address_book, write_address_book
-from proofpool.errors import ConfigError
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.deploy import load_address_book, write_address_book
 from tests.contracts.conftest import DISPUTE_WINDOW, POOL_ID, PROVIDER_STAKE, UNBONDING_PERIOD, World
 from tests.contracts.helpers import EVIDENCE, TOKEN, Actor, expect_revert, reason, work_key
 

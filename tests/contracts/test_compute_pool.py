@@ -9,7 +9,7 @@ import pytest
 from eth_account.messages import _hash_eip191_message, encode_typed_data
 from web3 import Web3
 
-from proofpool.chain.artifacts import Artifact, load_artifact
+from proofpool.infra.chain.artifacts import Artifact, load_artifact
 from tests.contracts.conftest import (
     BUDGET,
     DISPUTE_WINDOW,

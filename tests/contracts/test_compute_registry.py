@@ -7,7 +7,7 @@ import pytest
 from eth_account.messages import _hash_eip191_message, encode_typed_data
 from web3 import Web3
 
-from proofpool.chain.artifacts import load_artifact
+from proofpool.infra.chain.artifacts import load_artifact
 from tests.contracts.conftest import MIN_STAKE, NODE1_UNITS, NODE3_UNITS, PROVIDER_STAKE, STAKE_PER_UNIT, World
 from tests.contracts.helpers import (
     ANY,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from eth_account.messages import encode_typed_data
 
-from proofpool.chain.artifacts import load_artifact
+from proofpool.infra.chain.artifacts import load_artifact
 from tests.contracts.conftest import World
 from tests.contracts.helpers import TOKEN, ZERO_ADDRESS, expect_revert
 

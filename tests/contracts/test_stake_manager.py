@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from proofpool.chain.artifacts import Artifact, load_artifact
+from proofpool.infra.chain.artifacts import Artifact, load_artifact
 from tests.contracts.conftest import (
     MIN_STAKE,
     NODE1_UNITS,

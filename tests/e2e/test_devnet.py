@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from rich.console import Console
-
 from proofpool.devnet.progress import Snapshot
 from proofpool.devnet.run import DevnetConfig, DevnetRun, run_devnet, verify_ledger_of
 from proofpool.devnet.services import http_ok, wait_until
+from rich.console import Console
 
 pytestmark = pytest.mark.slow
 

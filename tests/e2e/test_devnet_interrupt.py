@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from proofpool.config import REPO_ROOT
+from proofpool.infra.config import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

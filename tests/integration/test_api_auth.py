@@ -13,14 +13,14 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from fastapi.testclient import TestClient
 from httpx import Response
+from proofpool.backend.orchestrator.liveness import HEARTBEATS_KEY
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from backend.orchestrator.liveness import HEARTBEATS_KEY
-from proofpool.auth.nonce_store import EPOCH_KEY, NonceStore
-from proofpool.auth.signed_request import Audience, AuthError, Deployment, SignedHeaders, TimeWindow, sign_request
-from proofpool.config import Settings, get_settings
-from proofpool.http.node_api import NodeApi
+from proofpool.core.auth.signed_request import Audience, AuthError, Deployment, SignedHeaders, TimeWindow, sign_request
+from proofpool.infra.config import Settings, get_settings
+from proofpool.infra.http.node_api import NodeApi
+from proofpool.infra.nonce_store import EPOCH_KEY, NonceStore
 from tests.fixtures.backend import (
     API_POOL_CONTRACT,
     CHAIN_ID,
@@ -57,7 +57,7 @@ def backend_settings(api_settings: Settings, host: str, redis_db: int, **overrid
 @pytest.fixture(scope="module")
 def backend_a(api_settings: Settings) -> Iterator[TestClient]:
     """A backend of the test deployment reached at HOST_A, its nonces in Redis db 5."""
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     with TestClient(create_app(backend_settings(api_settings, HOST_A, REDIS_DB_A)), base_url=f"http://{HOST_A}") as c:
         yield c
@@ -66,7 +66,7 @@ def backend_a(api_settings: Settings) -> Iterator[TestClient]:
 @pytest.fixture(scope="module")
 def backend_b(api_settings: Settings) -> Iterator[TestClient]:
     """A second host of the same deployment, HOST_B, with its own nonce store (Redis db 6)."""
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     with TestClient(create_app(backend_settings(api_settings, HOST_B, REDIS_DB_B)), base_url=f"http://{HOST_B}") as c:
         yield c
@@ -143,7 +143,7 @@ def test_request_signed_for_host_a_is_refused_by_host_b(
 def test_host_is_compared_without_case_or_default_port(
     api_settings: Settings, stores: tuple[Redis, Redis], node: LocalAccount
 ) -> None:
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     settings = backend_settings(api_settings, "API.Example.org:443", REDIS_DB_A)
     with TestClient(create_app(settings), base_url="https://api.example.org") as client:
@@ -180,7 +180,7 @@ def test_unconfigured_backend_binds_to_the_indexed_chain_and_its_address_book(
 ) -> None:
     """Without PROOFPOOL_API_CHAIN_ID/POOL_CONTRACT the deployment is the chain the indexer
     follows and the ComputePool of its address book, as for invites; 503 until that is known."""
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     settings = backend_settings(api_settings, HOST_A, REDIS_DB_A, api_chain_id=None, api_pool_contract=None)
     with TestClient(create_app(settings), base_url=f"http://{HOST_A}") as client:
@@ -238,7 +238,7 @@ def headers_at(timestamp: int, nonce: str) -> SignedHeaders:
 
 @pytest.mark.timeout(20)
 def test_nonce_store_rule_with_explicit_times(stores: tuple[Redis, Redis]) -> None:
-    """The epoch rule of `proofpool.auth.nonce_store`, clock injected: nonces live as long as
+    """The epoch rule of `proofpool.infra.nonce_store`, clock injected: nonces live as long as
     the window; after a loss nothing timestamped before epoch + max_ahead passes."""
     import asyncio
 

@@ -12,7 +12,7 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from httpx import Response
 
-from proofpool.auth.signed_request import Audience, Deployment, sign_request
+from proofpool.core.auth.signed_request import Audience, Deployment, sign_request
 from tests.fixtures.backend import API_POOL_CONTRACT, CHAIN_ID, MANAGER_KEY, TEST_AUDIENCE, ApiHarness, api_redis_url
 
 MANAGER = Account.from_key(MANAGER_KEY)
@@ -244,7 +244,7 @@ DEEP_JSON_PROBE = """
 import json
 import web3  # noqa: F401 - raises the recursion limit, as in the real backend process
 from fastapi.testclient import TestClient
-from backend.app import create_app
+from proofpool.backend.app import create_app
 client = TestClient(create_app())
 reply = client.post("/v1/heartbeat", content="[" * 200_000 + "]" * 200_000,
                     headers={"content-type": "application/json"})

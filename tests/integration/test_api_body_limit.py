@@ -20,9 +20,9 @@ import httpx
 import pytest
 from eth_account import Account
 
-from proofpool.chain.anvil import free_port
-from proofpool.config import Settings
-from proofpool.http.node_api import NodeApi
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.config import Settings
+from proofpool.infra.http.node_api import NodeApi
 from tests.fixtures.backend import API_POOL_CONTRACT, CHAIN_ID, ApiHarness, serve_app, signing_settings
 
 CAP = 1024 * 1024
@@ -93,7 +93,7 @@ def port() -> int:
 @pytest.fixture(scope="module")
 def served(api_settings: Settings, port: int) -> Iterator[str]:
     """The real app under uvicorn with the production body cap, signed requests bound to its URL."""
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     settings = api_settings.model_copy(
         update={"request_max_bytes": CAP, **signing_settings(f"127.0.0.1:{port}")},

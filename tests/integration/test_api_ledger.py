@@ -10,10 +10,10 @@ import io
 from typing import Any
 
 import pytest
+from proofpool.backend.api.ledger import csv_cell
+from proofpool.backend.db.ledger import SUBMISSIONS, encode_cursor
 
-from backend.api.ledger import csv_cell
-from backend.db.ledger import SUBMISSIONS, encode_cursor
-from proofpool.config import Settings
+from proofpool.infra.config import Settings
 
 LISTINGS = ("providers", "nodes", "pools", "submissions", "verdicts", "slashes", "rewards", "validators", "checkpoints")
 
@@ -205,7 +205,7 @@ def test_bad_filters_are_422_with_a_json_reason(ledger_api, name, params):
 
 
 def test_a_cursor_with_a_nul_byte_is_refused_not_a_database_error(ledger_api):
-    from backend.db.ledger import NODES
+    from proofpool.backend.db.ledger import NODES
 
     reply = ledger_api.get("/v1/ledger/nodes", params={"cursor": encode_cursor(NODES, ("0x\x00",))})
     assert reply.status_code == 422
@@ -258,8 +258,8 @@ def chain_ledger(loop_world):
     """The chain-loop world indexed by the real indexer into a database of its own, served by the app."""
 
     from fastapi.testclient import TestClient
+    from proofpool.backend.app import create_app
 
-    from backend.app import create_app
     from tests.fixtures.indexer import make_indexer
     from tests.fixtures.ledger import ledger_redis_url
     from tests.fixtures.postgres import migrated_database
@@ -346,9 +346,8 @@ def test_memberships_are_what_the_pool_contract_says(chain_ledger, loop_world):
 def _ledger_fuzz_cases() -> list:
     """Every ledger operation in both schemathesis modes (valid and invalid inputs)."""
     import schemathesis
+    from proofpool.backend.app import create_app
     from schemathesis import GenerationMode
-
-    from backend.app import create_app
 
     schema = schemathesis.openapi.from_dict(create_app(Settings()).openapi())
     ops = [result.ok() for result in schema.get_all_operations()]

@@ -11,8 +11,8 @@ import pytest
 from eth_account import Account
 from fastapi.testclient import TestClient
 
-from proofpool.config import Settings
-from proofpool.errors import ConfigError
+from proofpool.core.errors import ConfigError
+from proofpool.infra.config import Settings
 from tests.fixtures.backend import ApiHarness
 
 pytestmark = pytest.mark.timeout(30)
@@ -40,7 +40,7 @@ def test_metrics_server_serves_the_counters_on_its_own_address(api: ApiHarness) 
 
 
 def test_metrics_address_in_use_stops_start_up_naming_the_setting(api_settings: Settings) -> None:
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     with socket.socket() as taken:  # a listener without SO_REUSEPORT: nobody may share its port
         taken.bind(("127.0.0.1", 0))
@@ -52,7 +52,7 @@ def test_metrics_address_in_use_stops_start_up_naming_the_setting(api_settings: 
 
 
 def test_metrics_can_be_turned_off(api_settings: Settings) -> None:
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     with TestClient(create_app(api_settings.model_copy(update={"metrics_address": ""}))) as client:
         assert client.app.state.metrics is None

@@ -14,23 +14,23 @@ import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 from eth_utils import to_checksum_address
+from proofpool.backend.orchestrator import liveness
+from proofpool.backend.orchestrator.discovery import specs_digest
+from proofpool.backend.orchestrator.states import Liveness
+from proofpool.backend.orchestrator.sweeper import Ejection, chain_ejector, sweep_once
 from psycopg import AsyncConnection
 from redis.asyncio import Redis as AsyncRedis
 
-from backend.orchestrator import liveness
-from backend.orchestrator.discovery import specs_digest
-from backend.orchestrator.states import Liveness
-from backend.orchestrator.sweeper import Ejection, chain_ejector, sweep_once
-from proofpool.assignment import Checkpoint, assign
-from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
-from proofpool.chain.bindings import MemberState, PoolParams
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import deploy_contracts
-from proofpool.chain.rpc import connect
-from proofpool.chain.signing import Invite
-from proofpool.chain.tx import TxSender
-from proofpool.chain.units import TOKEN
-from proofpool.http.node_api import Heartbeat, NodeApi, Withheld
+from proofpool.core.assignment import Checkpoint, assign
+from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
+from proofpool.infra.chain.bindings import MemberState, PoolParams
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import deploy_contracts
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.signing import Invite
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.units import TOKEN
+from proofpool.infra.http.node_api import Heartbeat, NodeApi, Withheld
 from tests.fixtures.backend import (
     API_POOL_CONTRACT,
     CHAIN_ID,
@@ -551,11 +551,11 @@ def test_invite_joins_on_chain_and_sweeper_ejects_the_dead(api: ApiHarness, anvi
     ],
 )
 def test_serve_says_which_service_is_down(api: ApiHarness, monkeypatch, env: dict, message: str) -> None:
+    from proofpool.cli.main import app
     from typer.testing import CliRunner
 
-    from proofpool.cli.main import app
-    from proofpool.config import get_settings
-    from proofpool.errors import ServiceUnavailable
+    from proofpool.core.errors import ServiceUnavailable
+    from proofpool.infra.config import get_settings
 
     monkeypatch.setenv("DATABASE_URL", str(api.settings.database_url))
     for name, value in env.items():
@@ -574,8 +574,8 @@ def test_serve_says_which_service_is_down(api: ApiHarness, monkeypatch, env: dic
 
 def test_node_api_client_round_trip(api: ApiHarness) -> None:
     """`NodeApi` (what workers and providers use) against the real app, in-process."""
-    from proofpool.http.node_api import NodeApi
-    from proofpool.http.signed_client import ApiRefused
+    from proofpool.infra.http.node_api import NodeApi
+    from proofpool.infra.http.signed_client import ApiRefused
 
     node, provider = actors()
     api.add_node(node.address, provider.address)

@@ -32,8 +32,8 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from proofpool.auth.signed_request import request_target, sign_request
-from proofpool.config import Settings
+from proofpool.core.auth.signed_request import request_target, sign_request
+from proofpool.infra.config import Settings
 from tests.fixtures.backend import API_POOL_CONTRACT, MANAGER_KEY, TEST_AUDIENCE, ApiHarness, write_address_book
 
 pytestmark = pytest.mark.timeout(60)
@@ -49,7 +49,7 @@ CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance,
 @cache
 def api_schema() -> schemathesis.BaseSchema:
     """The app's OpenAPI document (the schema is static: building the app opens nothing)."""
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     return schemathesis.openapi.from_dict(create_app(Settings()).openapi())
 

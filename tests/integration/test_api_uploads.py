@@ -30,10 +30,10 @@ from schemathesis.checks import (
     status_code_conformance,
 )
 
-from proofpool.auth.signed_request import sign_request
-from proofpool.config import Settings, get_settings
-from proofpool.storage import ROLLOUT_CONTENT_TYPE, ObjectStore, put_presigned, rollout_key
-from proofpool.storage.seaweed import SeaweedProcess
+from proofpool.core.auth.signed_request import sign_request
+from proofpool.infra.config import Settings, get_settings
+from proofpool.infra.storage import ROLLOUT_CONTENT_TYPE, ObjectStore, put_presigned, rollout_key
+from proofpool.infra.storage.seaweed import SeaweedProcess
 from tests.fixtures.backend import TEST_AUDIENCE, empty_redis, signing_settings
 from tests.fixtures.postgres import migrated_database
 
@@ -68,7 +68,7 @@ def uploads_settings(uploads_database_url: str, seaweed: SeaweedProcess) -> Sett
 
 @pytest.fixture(scope="module")
 def client(uploads_settings: Settings) -> Iterator[TestClient]:
-    from backend.app import create_app
+    from proofpool.backend.app import create_app
 
     with TestClient(create_app(uploads_settings), raise_server_exceptions=False) as test_client:
         yield test_client

@@ -7,9 +7,9 @@ from __future__ import annotations
 import gc
 
 from fastapi.testclient import TestClient
+from proofpool.backend.app import create_app
 
-from backend.app import create_app
-from proofpool.config import Settings
+from proofpool.infra.config import Settings
 
 
 def test_startup_freezes_the_heap_it_built(api_settings: Settings) -> None:

@@ -3,17 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from rich.console import Console
-
-from proofpool.chain.bindings import WorkStatus, reason_text
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import deploy_contracts
-from proofpool.chain.errors import ContractRevert
-from proofpool.chain.rpc import connect
-from proofpool.chain.tx import TxSender
-from proofpool.chain.units import TOKEN
 from proofpool.devnet.chain_loop import balances_table, events_table, run_chain_loop
 from proofpool.devnet.market import Cast
+from rich.console import Console
+
+from proofpool.infra.chain.bindings import WorkStatus, reason_text
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import deploy_contracts
+from proofpool.infra.chain.errors import ContractRevert
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.units import TOKEN
 
 
 def test_chain_loop_slashes_the_cheater_and_pays_the_honest_provider(anvil):
@@ -55,7 +55,7 @@ def test_chain_loop_slashes_the_cheater_and_pays_the_honest_provider(anvil):
 
 
 def test_registry_views_agree_with_the_off_chain_signer(anvil):
-    from proofpool.chain.signing import sign_node_ownership
+    from proofpool.infra.chain.signing import sign_node_ownership
 
     snapshot = anvil.rpc("evm_snapshot")
     try:

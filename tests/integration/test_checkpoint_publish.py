@@ -13,15 +13,16 @@ from pathlib import Path
 import pytest
 import torch
 from eth_account import Account
+from proofpool.cli.main import app
 from typer.testing import CliRunner
 
-from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
-from proofpool.chain.bindings import PoolParams
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import deploy_contracts, write_address_book
-from proofpool.chain.rpc import connect
-from proofpool.chain.tx import TxSender
-from proofpool.checkpoint import (
+from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
+from proofpool.infra.chain.bindings import PoolParams
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import deploy_contracts, write_address_book
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.checkpoint import (
     MANIFEST_NAME,
     CheckpointError,
     FetchProgress,
@@ -36,12 +37,11 @@ from proofpool.checkpoint import (
     prune_cache,
     publish_checkpoint,
 )
-from proofpool.checkpoint.shards import INDEX_NAME
-from proofpool.cli.main import app
-from proofpool.config import get_settings
+from proofpool.infra.checkpoint.shards import INDEX_NAME
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage import ObjectStore
+from proofpool.infra.storage.seaweed import SeaweedProcess
 from proofpool.model.build import ModelManifest, ModelSpec, init_model, load_model, save_model
-from proofpool.storage import ObjectStore
-from proofpool.storage.seaweed import SeaweedProcess
 
 ADMIN, MANAGER, OUTSIDER = ANVIL_KEYS[0], ANVIL_KEYS[1], ANVIL_KEYS[8]
 SPEC = ModelSpec(seed=5, hidden=64, layers=2, heads=2)

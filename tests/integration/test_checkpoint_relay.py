@@ -21,8 +21,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proofpool.chain.anvil import free_port
-from proofpool.checkpoint import (
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.checkpoint import (
     MANIFEST_NAME,
     CheckpointManifest,
     SourcePicker,
@@ -34,11 +34,11 @@ from proofpool.checkpoint import (
     upload_checkpoint,
     write_checkpoint,
 )
-from proofpool.checkpoint.relay import Relay, RelayUpstream, StoreUpstream, create_relay_app
-from proofpool.checkpoint.sources import MANIFEST_HINT_HEADER, relay_client
+from proofpool.infra.checkpoint.relay import Relay, RelayUpstream, StoreUpstream, create_relay_app
+from proofpool.infra.checkpoint.sources import MANIFEST_HINT_HEADER, relay_client
+from proofpool.infra.storage import ObjectStore
+from proofpool.infra.storage.seaweed import SeaweedProcess
 from proofpool.model.build import init_model
-from proofpool.storage import ObjectStore
-from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.backend import serve_app
 
 POOL, VERSION = 7, 1

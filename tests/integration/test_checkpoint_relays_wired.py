@@ -15,23 +15,23 @@ from pathlib import Path
 
 import pytest
 from eth_account import Account
+from proofpool.validator.models import ModelCache
+from proofpool.worker.models import ModelResolver
 
-from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess
-from proofpool.chain.bindings import PoolParams
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import deploy_contracts
-from proofpool.chain.rpc import connect
-from proofpool.chain.tx import TxSender
-from proofpool.checkpoint import MANIFEST_NAME, PublishedCheckpoint, is_complete, publish_checkpoint
-from proofpool.checkpoint.fetch import BLOBS
-from proofpool.checkpoint.relay import Relay, StoreUpstream
-from proofpool.config import get_settings
-from proofpool.http.node_api import Assignment
+from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
+from proofpool.infra.chain.bindings import PoolParams
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import deploy_contracts
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.checkpoint import MANIFEST_NAME, PublishedCheckpoint, is_complete, publish_checkpoint
+from proofpool.infra.checkpoint.fetch import BLOBS
+from proofpool.infra.checkpoint.relay import Relay, StoreUpstream
+from proofpool.infra.config import get_settings
+from proofpool.infra.http.node_api import Assignment
+from proofpool.infra.storage import ObjectStore
 from proofpool.model.build import init_model
-from proofpool.storage import ObjectStore
 from tests.integration.test_checkpoint_relay import serve
-from validator.models import ModelCache
-from worker.models import ModelResolver
 
 ADMIN, MANAGER = ANVIL_KEYS[0], ANVIL_KEYS[1]
 SHARD = 40_000
@@ -129,7 +129,7 @@ def test_a_validator_refuses_a_corrupted_relay_shard_and_gets_it_from_the_store(
     blob.write_bytes(bytes(body))
 
     cache = ModelCache(chain, object_store, tmp_path / "validator", relays=[url])
-    with caplog.at_level(logging.WARNING, logger="proofpool.checkpoint"):
+    with caplog.at_level(logging.WARNING, logger="proofpool.infra.checkpoint"):
         path = cache.model_dir(pool_id, 1)
 
     assert_is_the_published_checkpoint(path, checkpoint)  # verified: the store's bytes, not the relay's

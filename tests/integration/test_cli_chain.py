@@ -9,13 +9,13 @@ import sys
 
 import pytest
 from eth_account import Account
+from proofpool.cli.main import app
 from typer.testing import CliRunner
 
-from proofpool.chain.anvil import ANVIL_KEYS
-from proofpool.chain.units import TOKEN
-from proofpool.cli.main import app
-from proofpool.config import get_settings
-from proofpool.errors import ProofpoolError
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.anvil import ANVIL_KEYS
+from proofpool.infra.chain.units import TOKEN
+from proofpool.infra.config import get_settings
 
 ADMIN, PROVIDER, NODE = ANVIL_KEYS[0], ANVIL_KEYS[4], ANVIL_KEYS[6]
 

@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from typer.testing import CliRunner
-
 from proofpool.cli.ledger import LedgerRefused, format_tokens
 from proofpool.cli.main import app
-from proofpool.errors import ServiceUnavailable
+from typer.testing import CliRunner
+
+from proofpool.core.errors import ServiceUnavailable
 
 
 @pytest.fixture

@@ -27,6 +27,9 @@ from typing import Any
 import pytest
 import torch
 
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
+from proofpool.core.sampling import DEFAULT_TIE_TOLERANCE, sample_tokens, scores
+from proofpool.core.toploc import build_proofs, join_proofs
 from proofpool.inference.check import SampleVerdict, check_samples, file_verdict
 from proofpool.inference.prefill import prefill_batch
 from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
@@ -34,10 +37,7 @@ from proofpool.model.build import ModelSpec, create_model, load_model
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.model.tokenizer import CHARACTERS, EOS_ID, VOCAB, encode_text
 from proofpool.model.warmup import WarmupSpec, train
-from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
-from proofpool.sampling import DEFAULT_TIE_TOLERANCE, sample_tokens, scores
 from proofpool.tasks.arithmetic import Problem, generate_problems, problem_from_id
-from proofpool.toploc import build_proofs, join_proofs
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -85,8 +85,8 @@ def plan(
     max_tokens: int = MAX_TOKENS,
 ) -> list[Any]:
     """Generation requests, one per prompt, with sample index = first_index + row."""
-    from worker.engine import GenerationRequest
-    from worker.sampler import SamplerSettings
+    from proofpool.worker.engine import GenerationRequest
+    from proofpool.worker.sampler import SamplerSettings
 
     return [
         GenerationRequest(tuple(p), SamplerSettings(SAMPLING_SEED, first_index + i, temperature), max_tokens)
@@ -159,7 +159,7 @@ def record(world: World, case: str, expect: str, verdicts: Sequence[SampleVerdic
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[World]:
-    from worker.engine import InferenceEngine
+    from proofpool.worker.engine import InferenceEngine
 
     started = time.monotonic()
     path = ensure_devnet_model(ModelSpec(), TEST_WARMUP, cache_dir=tmp_path_factory.mktemp("models"), progress=None)
@@ -494,10 +494,9 @@ def test_neighbor_checkpoint_is_rejected_by_the_file_statistic(world: World) -> 
 
 def test_sampler_follows_the_persistent_batch() -> None:
     """Adds, a swap, a one-way move and a removal: each row keeps its own seed, index and position."""
+    from proofpool.worker.sampler import GumbelMaxLogitsProcessor, SamplerSettings, sampler_extra_args
     from vllm import SamplingParams
     from vllm.v1.sample.logits_processor import BatchUpdate, MoveDirectionality
-
-    from worker.sampler import GumbelMaxLogitsProcessor, SamplerSettings, sampler_extra_args
 
     settings = [SamplerSettings(11, i, t) for i, t in enumerate([1.0, 0.7, 0.0])]
     outputs: list[list[int]] = [[], [4, 5], [6]]

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import psycopg
 from fastapi.testclient import TestClient
-
-from backend.app import create_app
+from proofpool.backend.app import create_app
 
 HEALTH_REDIS_DB = 10
 

@@ -9,14 +9,14 @@ import sys
 
 import psycopg
 import pytest
+from proofpool.backend.indexer.decode import FastDecoder
+from proofpool.backend.indexer.rebuild import rebuild_projections
 from typer.testing import CliRunner
 
-from backend.indexer.decode import FastDecoder
-from backend.indexer.rebuild import rebuild_projections
-from proofpool import db
-from proofpool.chain.events import EventDecoder
-from proofpool.config import REPO_ROOT, get_settings
-from proofpool.served import ServedPools
+from proofpool.infra import db
+from proofpool.infra.chain.events import EventDecoder
+from proofpool.infra.config import REPO_ROOT, get_settings
+from proofpool.infra.served import ServedPools
 from tests.fixtures.indexer import (
     PROJECTIONS,
     assert_projections_match_views,

@@ -9,17 +9,17 @@ import hashlib
 
 import psycopg
 from eth_account import Account
+from proofpool.backend.indexer.rebuild import rebuild_projections
+from proofpool.devnet.market import Cast, devnet_pool_params, onboard_node, open_market
 from web3 import Web3
 
-from backend.indexer.rebuild import rebuild_projections
-from proofpool.chain.bindings import WorkStatus
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import deploy_contracts, grant_validator
-from proofpool.chain.rpc import connect
-from proofpool.chain.signing import sign_invite
-from proofpool.chain.tx import TxSender
-from proofpool.chain.units import TOKEN
-from proofpool.devnet.market import Cast, devnet_pool_params, onboard_node, open_market
+from proofpool.infra.chain.bindings import WorkStatus
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import deploy_contracts, grant_validator
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.units import TOKEN
 from tests.fixtures.indexer import PROJECTIONS, make_indexer, query, snapshot
 
 WINDOW = 600

@@ -26,14 +26,14 @@ from dataclasses import dataclass
 import psycopg
 import pytest
 import redis
+from proofpool.backend.indexer.follow import APPLICATION_NAME
+from proofpool.backend.indexer.outbox import CelerySender, Dispatcher
 
-from backend.indexer.follow import APPLICATION_NAME
-from backend.indexer.outbox import CelerySender, Dispatcher
-from proofpool.broker import make_celery, task_id_for
-from proofpool.chain.anvil import free_port
-from proofpool.chain.bindings import WorkStatus
-from proofpool.chain.client import ChainClient
-from proofpool.config import REPO_ROOT, Settings
+from proofpool.infra.broker import make_celery, task_id_for
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.chain.bindings import WorkStatus
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.config import REPO_ROOT, Settings
 from tests.celery_probe import RECEIVED, SENTINELS
 from tests.fixtures.indexer import (
     PROJECTIONS,

@@ -6,11 +6,11 @@ real PostgreSQL, the validator's own store functions."""
 from __future__ import annotations
 
 import psycopg
+from proofpool.validator.store import claim, claim_batch, record_decision
 
-from proofpool.chain.bindings import WorkStatus
-from proofpool.chain.client import ChainClient
+from proofpool.infra.chain.bindings import WorkStatus
+from proofpool.infra.chain.client import ChainClient
 from tests.fixtures.indexer import build_bulk_world, make_indexer, query
-from validator.store import claim, claim_batch, record_decision
 
 VERSION = 0
 LEASE = 60.0

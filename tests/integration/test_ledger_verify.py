@@ -12,16 +12,16 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from proofpool.backend.indexer.reorg import Rollback, roll_back
+from proofpool.backend.indexer.verify import COMPARED_TABLES, NOT_COMPARED, verify_ledger
+from proofpool.cli.main import app
 from typer.testing import CliRunner
 
-from backend.indexer.reorg import Rollback, roll_back
-from backend.indexer.verify import COMPARED_TABLES, NOT_COMPARED, verify_ledger
-from proofpool import db
-from proofpool.chain.bindings import PoolParams
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import write_address_book
-from proofpool.cli.main import app
-from proofpool.config import REPO_ROOT
+from proofpool.infra import db
+from proofpool.infra.chain.bindings import PoolParams
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import write_address_book
+from proofpool.infra.config import REPO_ROOT
 from tests.fixtures.indexer import LoopWorld, make_indexer, query
 
 

@@ -10,9 +10,9 @@ import psycopg
 import pytest
 from typer.testing import CliRunner
 
-from proofpool import db
-from proofpool.config import get_settings
-from proofpool.errors import ServiceUnavailable
+from proofpool.core.errors import ServiceUnavailable
+from proofpool.infra import db
+from proofpool.infra.config import get_settings
 
 CHAIN_TABLES = {
     "chain_blocks",

@@ -7,16 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 from eth_account import Account
+from proofpool.cli.main import app
 from typer.testing import CliRunner
 
-from proofpool.chain.anvil import AnvilProcess, start_anvil
-from proofpool.chain.artifacts import load_artifact
-from proofpool.chain.deploy import DeployParams, deploy_contracts, write_address_book
-from proofpool.chain.rpc import connect
-from proofpool.chain.tx import TxSender
-from proofpool.cli.main import app
-from proofpool.config import get_settings
-from proofpool.errors import ConfigError
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.anvil import AnvilProcess, start_anvil
+from proofpool.infra.chain.artifacts import load_artifact
+from proofpool.infra.chain.deploy import DeployParams, deploy_contracts, write_address_book
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.config import get_settings
 
 CHAIN_ID = 1337
 
@@ -29,7 +29,7 @@ def chain() -> Iterator[AnvilProcess]:
 
 def _deployer(chain: AnvilProcess) -> tuple:
     """A fresh key funded from anvil's first account (anvil's keys themselves stand for devnets)."""
-    from proofpool.chain.anvil import ANVIL_KEYS
+    from proofpool.infra.chain.anvil import ANVIL_KEYS
 
     w3 = connect(chain.url)
     me = Account.create()
@@ -64,7 +64,7 @@ def test_the_indexer_needs_an_allowlist_off_the_devnet(chain, tmp_path, monkeypa
     monkeypatch.setenv("PROOFPOOL_RPC_URL", chain.url)
     get_settings.cache_clear()
     try:
-        from backend.indexer.follow import setup_indexer
+        from proofpool.backend.indexer.follow import setup_indexer
 
         with pytest.raises(ConfigError, match="PROOFPOOL_SERVED_POOLS"):
             setup_indexer(get_settings(), dispatch=False)

@@ -13,19 +13,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
-from proofpool.chain.accounts import KEY_PASSWORD_ENV, encrypt_account
-from proofpool.chain.anvil import free_port
-from proofpool.chain.bindings import NO_EVIDENCE, PoolApproval, PoolParams
-from proofpool.chain.client import ChainClient
-from proofpool.chain.signing import sign_invite
-from proofpool.chain.units import TOKEN
 from proofpool.cli.main import app
-from proofpool.config import get_settings
 from proofpool.devnet.market import devnet_pool_params
 from proofpool.devnet.services import http_ok, spawn_cli, wait_until
-from proofpool.errors import ConfigError, ProofpoolError
+from typer.testing import CliRunner
+
+from proofpool.core.errors import ConfigError, ProofpoolError
+from proofpool.infra.chain.accounts import KEY_PASSWORD_ENV, encrypt_account
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.chain.bindings import NO_EVIDENCE, PoolApproval, PoolParams
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.chain.units import TOKEN
+from proofpool.infra.config import get_settings
 from tests.fixtures.indexer import LoopWorld, indexer_env, make_indexer
 from tests.fixtures.ledger import ledger_redis_url
 from tests.fixtures.postgres import migrated_database

@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from eth_account import Account
+from proofpool.validator import review_store, store
+from proofpool.validator.review_store import Review
 
-from proofpool.chain.anvil import ANVIL_KEYS
+from proofpool.infra.chain.anvil import ANVIL_KEYS
 from tests.fixtures.postgres import migrated_database
-from validator import review_store, store
-from validator.review_store import Review
 
 ME = Account.from_key(ANVIL_KEYS[3]).address
 OTHER = Account.from_key(ANVIL_KEYS[8]).address

@@ -17,8 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from proofpool.errors import ServiceUnavailable
-from proofpool.storage import (
+from proofpool.core.errors import ServiceUnavailable
+from proofpool.infra.storage import (
     ROLLOUT_CONTENT_TYPE,
     ChecksumMismatch,
     ObjectNotFound,
@@ -30,8 +30,8 @@ from proofpool.storage import (
     put_presigned,
     rollout_key,
 )
-from proofpool.storage.s3 import build_client
-from proofpool.storage.seaweed import SeaweedPorts, SeaweedProcess, start_seaweed
+from proofpool.infra.storage.s3 import build_client
+from proofpool.infra.storage.seaweed import SeaweedPorts, SeaweedProcess, start_seaweed
 
 NODE = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 BODY = b"PAR1" + bytes(range(256)) * 40 + b"PAR1"

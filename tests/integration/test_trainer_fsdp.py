@@ -19,15 +19,15 @@ from datetime import timedelta
 import pytest
 import torch
 import torch.multiprocessing as mp
+from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.step import grpo_step, make_optimizer
+from proofpool.trainer.world import SINGLE, World, full_state_dict, shard_model
 
+from proofpool.core.rollout import RolloutSample
 from proofpool.model.build import ModelSpec, create_model, load_model
 from proofpool.model.cache import ensure_devnet_model
-from proofpool.rollout import RolloutSample
 from proofpool.tasks.arithmetic import generate_problems
 from tests.fixtures.local_rollouts import generate_rollouts
-from trainer.config import GrpoConfig
-from trainer.step import grpo_step, make_optimizer
-from trainer.world import SINGLE, World, full_state_dict, shard_model
 
 pytestmark = pytest.mark.slow
 

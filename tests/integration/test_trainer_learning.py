@@ -17,18 +17,18 @@ from dataclasses import dataclass
 
 import pytest
 import torch
+from proofpool.trainer.batch import make_batch, token_logprobs
+from proofpool.trainer.behavior import BehaviorPolicies, published_weights
+from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.step import StepMetrics, grpo_step, make_optimizer
 
+from proofpool.core.sampling import sample_tokens
 from proofpool.model.build import ModelSpec, create_model, load_model
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.model.tokenizer import EOS_ID
 from proofpool.model.warmup import EVAL_PROBLEMS, EVAL_SEED, Accuracy, evaluate
-from proofpool.sampling import sample_tokens
 from proofpool.tasks.arithmetic import ANSWER_MAX_TOKENS, Problem, generate_problems, reward
 from tests.fixtures.local_rollouts import generate_rollouts
-from trainer.batch import make_batch, token_logprobs
-from trainer.behavior import BehaviorPolicies, published_weights
-from trainer.config import GrpoConfig
-from trainer.step import StepMetrics, grpo_step, make_optimizer
 
 STEPS = 40
 PROBLEMS_PER_STEP = 32
@@ -62,7 +62,7 @@ def run_learning(seed: int = SEED, steps: int = STEPS, lag: int = 0) -> Learning
 
     With `lag` > 0 the rollouts come from the weights `lag` steps old, rounded to bf16 (what the
     devnet's workers run while the trainer moves on), and the step gets their log-probabilities
-    as the behaviour policy's (`trainer.behavior`), as `trainer run` does."""
+    as the behaviour policy's (`proofpool.trainer.behavior`), as `trainer run` does."""
     torch.manual_seed(seed)
     model = load_model(ensure_devnet_model(progress=None), "fp32")
     behavior = BehaviorPolicies(model, lambda _version: model.state_dict())
@@ -118,7 +118,7 @@ def test_grpo_learns_from_rollouts_two_versions_old_with_behaviour_logprobs() ->
     """The devnet's situation: workers sample with checkpoint n - 2 while the trainer is at n. With
     the samplers' log-probabilities in the ratio the policy improves as on-policy training does
     (held-out +0.07 in 10 steps here); with ratio 1 against the current weights it got worse
-    (0.264 -> 0.235), which is what the devnet showed before `trainer.behavior`."""
+    (0.264 -> 0.235), which is what the devnet showed before `proofpool.trainer.behavior`."""
     run = run_learning(steps=10, lag=2)
     summary = f"held-out exact@T=1 {run.before.sampled:.3f} -> {run.after.sampled:.3f}"
     assert all(m.stepped for m in run.steps), summary

@@ -15,21 +15,21 @@ import time
 from pathlib import Path
 
 import pytest
+from proofpool.trainer.screen import POISON_FILE
 
-from proofpool.chain.bindings import NO_EVIDENCE
-from proofpool.chain.signing import sign_invite
-from proofpool.checkpoint import checkpoint_prefix, ensure_published_checkpoint, onchain_manifest_sha256
-from proofpool.checkpoint.manifest import MANIFEST_NAME
-from proofpool.config import get_settings
-from proofpool.http.ledger_client import LedgerClient
+from proofpool.core.rl.advantages import group_advantages
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.infra.chain.bindings import NO_EVIDENCE
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.checkpoint import checkpoint_prefix, ensure_published_checkpoint, onchain_manifest_sha256
+from proofpool.infra.checkpoint.manifest import MANIFEST_NAME
+from proofpool.infra.config import get_settings
+from proofpool.infra.http.ledger_client import LedgerClient
+from proofpool.infra.storage import ObjectStore, rollout_key
+from proofpool.infra.storage.seaweed import SeaweedProcess
 from proofpool.model.tokenizer import EOS_ID, encode_text
-from proofpool.rl.advantages import group_advantages
-from proofpool.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
-from proofpool.storage import ObjectStore, rollout_key
-from proofpool.storage.seaweed import SeaweedProcess
 from proofpool.tasks.arithmetic import generate_problems, reward
 from tests.fixtures.market import Market
-from trainer.screen import POISON_FILE
 
 pytestmark = pytest.mark.slow
 

@@ -14,20 +14,20 @@ from pathlib import Path
 
 import pytest
 import torch
+from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.state import load_state
+from proofpool.trainer.step import grpo_step, make_optimizer
 
-from proofpool.chain.anvil import free_port
-from proofpool.chain.signing import sign_invite
-from proofpool.checkpoint import ensure_published_checkpoint
-from proofpool.config import get_settings
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.checkpoint import ensure_published_checkpoint
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage import ObjectStore
+from proofpool.infra.storage.seaweed import SeaweedProcess
 from proofpool.model.base import resolve_base_model
 from proofpool.model.build import load_model
-from proofpool.storage import ObjectStore
-from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
 from tests.integration.test_trainer_run import rows_for, submit_accepted, wait_accepted
-from trainer.config import GrpoConfig
-from trainer.state import load_state
-from trainer.step import grpo_step, make_optimizer
 
 pytestmark = pytest.mark.slow
 

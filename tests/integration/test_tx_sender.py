@@ -9,10 +9,10 @@ import pytest
 from eth_account import Account
 from web3 import Web3
 
-from proofpool.chain.anvil import ANVIL_KEYS
-from proofpool.chain.errors import TxTimeout
-from proofpool.chain.rpc import connect
-from proofpool.chain.tx import TxSender
+from proofpool.infra.chain.anvil import ANVIL_KEYS
+from proofpool.infra.chain.errors import TxTimeout
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.tx import TxSender
 
 SINK = "0x000000000000000000000000000000000000dEaD"
 
@@ -81,9 +81,9 @@ def test_unmined_transaction_times_out_with_a_clear_error(anvil):
 
 
 def test_a_mined_revert_is_replayed_and_named(anvil):
-    from proofpool.chain.bindings import PoolToken
-    from proofpool.chain.deploy import deploy_contracts
-    from proofpool.chain.errors import ContractRevert
+    from proofpool.infra.chain.bindings import PoolToken
+    from proofpool.infra.chain.deploy import deploy_contracts
+    from proofpool.infra.chain.errors import ContractRevert
 
     w3 = connect(anvil.url)
     book = deploy_contracts(w3, TxSender(w3, Account.from_key(ANVIL_KEYS[0])))
@@ -101,9 +101,9 @@ def test_a_mined_revert_is_replayed_and_named(anvil):
 
 
 def test_hand_encoded_calls_and_sends_name_their_reverts(anvil):
-    from proofpool.chain.bindings import ComputePool
-    from proofpool.chain.deploy import deploy_contracts
-    from proofpool.chain.errors import ContractRevert
+    from proofpool.infra.chain.bindings import ComputePool
+    from proofpool.infra.chain.deploy import deploy_contracts
+    from proofpool.infra.chain.errors import ContractRevert
 
     w3 = connect(anvil.url)
     book = deploy_contracts(w3, TxSender(w3, Account.from_key(ANVIL_KEYS[0])))

@@ -28,24 +28,24 @@ import pyarrow.parquet as pq
 import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
-
-from proofpool.chain.anvil import ANVIL_KEYS, free_port
-from proofpool.chain.bindings import NO_EVIDENCE, WorkStatus, reason_text
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import grant_validator, stake_validator_from_faucet
-from proofpool.chain.signing import sign_invite
-from proofpool.chain.tx import TxSender
-from proofpool.chain.units import TOKEN
-from proofpool.config import get_settings
 from proofpool.devnet.adversary import reencode
 from proofpool.devnet.market import devnet_pool_params, onboard_node
 from proofpool.devnet.services import Service, wait_until
+
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
+from proofpool.core.rollout.io import rollouts_table
+from proofpool.infra.chain.anvil import ANVIL_KEYS, free_port
+from proofpool.infra.chain.bindings import NO_EVIDENCE, WorkStatus, reason_text
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import grant_validator, stake_validator_from_faucet
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.units import TOKEN
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage import ObjectStore, evidence_key, rollout_key
+from proofpool.infra.storage.seaweed import SeaweedProcess
 from proofpool.model.build import load_model
 from proofpool.model.cache import ensure_devnet_model
-from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
-from proofpool.rollout.io import rollouts_table
-from proofpool.storage import ObjectStore, evidence_key, rollout_key
-from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
 from tests.fixtures.pytorch_rows import assigned_rows
 

@@ -14,17 +14,17 @@ from typing import Any
 
 import pytest
 import torch
+from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 
-from proofpool.assignment import sampling_seed, task_ids
+from proofpool.core.assignment import sampling_seed, task_ids
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.inference import check
 from proofpool.inference.check import spot_check_rows
 from proofpool.model.build import ModelSpec, create_model, load_model
 from proofpool.model.cache import ensure_devnet_model
 from proofpool.model.tokenizer import VOCAB
-from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.tasks.arithmetic import problem_from_id
 from tests.fixtures.pytorch_rows import proven_rows, sample_completions
-from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 
 pytestmark = [pytest.mark.slow]
 

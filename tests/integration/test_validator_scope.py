@@ -10,13 +10,13 @@ from typing import Any, cast
 import psycopg
 import pytest
 from eth_account import Account
+from proofpool.validator.pipeline import Outcome, validate
+from proofpool.validator.resources import Resources
 from psycopg_pool import ConnectionPool
 
-from proofpool.config import get_settings
-from proofpool.served import ServedPools
+from proofpool.infra.config import get_settings
+from proofpool.infra.served import ServedPools
 from tests.fixtures.postgres import migrated_database
-from validator.pipeline import Outcome, validate
-from validator.resources import Resources
 
 NODE, PROVIDER = Account.create(), Account.create()
 MANAGER = Account.create().address

@@ -11,14 +11,14 @@ from datetime import UTC, datetime, timedelta
 import psycopg
 import pytest
 from eth_account import Account
+from proofpool.validator import store
+from proofpool.validator.checks import Verdict
+from proofpool.validator.pipeline import first_of_its_batch
+from proofpool.validator.store import Key
+from proofpool.validator.submissions import IndexedSubmission
 
-from proofpool.chain.anvil import ANVIL_KEYS
+from proofpool.infra.chain.anvil import ANVIL_KEYS
 from tests.fixtures.postgres import migrated_database
-from validator import store
-from validator.checks import Verdict
-from validator.pipeline import first_of_its_batch
-from validator.store import Key
-from validator.submissions import IndexedSubmission
 
 A = Account.from_key(ANVIL_KEYS[3]).address
 B = Account.from_key(ANVIL_KEYS[8]).address

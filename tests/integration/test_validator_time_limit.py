@@ -23,12 +23,12 @@ import redis
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
 from celery.signals import worker_ready
+from proofpool.validator.celery_app import TimeLimitedTask
+from proofpool.validator.checks.decode import ChildLimits, run_in_child, start_forkserver
 
-from proofpool.broker import make_celery
-from proofpool.config import REPO_ROOT, Settings, get_settings
+from proofpool.infra.broker import make_celery
+from proofpool.infra.config import REPO_ROOT, Settings, get_settings
 from tests.fixtures.processes import stop
-from validator.celery_app import TimeLimitedTask
-from validator.checks.decode import ChildLimits, run_in_child, start_forkserver
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +44,7 @@ app = make_celery(get_settings(), "proofpool-time-limit-probe")
 
 @worker_ready.connect
 def _start_forkserver(**_: object) -> None:
-    """As the validate worker does (`validator.celery_app`): a cold forkserver takes seconds to start."""
+    """As the validate worker does (`proofpool.validator.celery_app`): a cold forkserver takes seconds to start."""
     start_forkserver()
 
 
@@ -135,7 +135,7 @@ def test_soft_time_limit_fires_under_the_threads_pool(worker: tuple[str, redis.R
 
 
 def test_validator_tasks_enforce_their_limit() -> None:
-    from validator.tasks import send_verdicts, validate_submission
+    from proofpool.validator.tasks import send_verdicts, validate_submission
 
     assert isinstance(validate_submission._get_current_object(), TimeLimitedTask)
     assert isinstance(send_verdicts._get_current_object(), TimeLimitedTask)

@@ -17,21 +17,21 @@ import psycopg
 import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from proofpool.devnet.market import Cast, devnet_pool_params, onboard_node, open_market
+from proofpool.validator import store
+from proofpool.validator.verdicts import FlushBusy, FlushResult, flush_verdicts
 from web3 import Web3
 
-from proofpool.chain.anvil import ANVIL_KEYS, AnvilProcess, free_port, start_anvil
-from proofpool.chain.bindings import NO_EVIDENCE, ComputePool, Work, WorkStatus, reason_text
-from proofpool.chain.client import ChainClient
-from proofpool.chain.deploy import AddressBook, deploy_contracts, grant_validator
-from proofpool.chain.events import ChainEvent
-from proofpool.chain.rpc import connect
-from proofpool.chain.signing import sign_invite
-from proofpool.chain.tx import TxSender
-from proofpool.chain.units import TOKEN
-from proofpool.devnet.market import Cast, devnet_pool_params, onboard_node, open_market
+from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess, free_port, start_anvil
+from proofpool.infra.chain.bindings import NO_EVIDENCE, ComputePool, Work, WorkStatus, reason_text
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.deploy import AddressBook, deploy_contracts, grant_validator
+from proofpool.infra.chain.events import ChainEvent
+from proofpool.infra.chain.rpc import connect
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.units import TOKEN
 from tests.fixtures.postgres import migrated_database
-from validator import store
-from validator.verdicts import FlushBusy, FlushResult, flush_verdicts
 
 LEASE = 300.0
 ALL_DUE = {"max_wait": 0.0}  # every decided key is due: the batching rule has its own tests

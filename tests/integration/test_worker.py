@@ -16,18 +16,18 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from proofpool.chain.bindings import MemberState
-from proofpool.chain.events import ChainEvent
-from proofpool.checkpoint import publish_checkpoint
-from proofpool.config import get_settings
 from proofpool.devnet.services import wait_until
+from proofpool.worker.journal import BatchState, Journal
+
+from proofpool.core.rollout import read_rollouts
+from proofpool.infra.chain.bindings import MemberState
+from proofpool.infra.chain.events import ChainEvent
+from proofpool.infra.checkpoint import publish_checkpoint
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage import ObjectStore, rollout_key
+from proofpool.infra.storage.seaweed import SeaweedProcess
 from proofpool.model.build import init_model
-from proofpool.rollout import read_rollouts
-from proofpool.storage import ObjectStore, rollout_key
-from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
-from worker.journal import BatchState, Journal
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 

@@ -24,21 +24,21 @@ import psycopg
 import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
-
-from proofpool.chain.anvil import free_port
-from proofpool.chain.bindings import MemberState, WorkStatus, reason_text
-from proofpool.chain.events import ChainEvent
-from proofpool.chain.tx import TxSender
-from proofpool.chain.units import TOKEN
-from proofpool.checkpoint import publish_checkpoint
-from proofpool.config import get_settings
 from proofpool.devnet.adversary import EXPECTED_REASONS, CheatMode, banner, other_model
 from proofpool.devnet.market import onboard_node
 from proofpool.devnet.services import Service, wait_until
+
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.chain.bindings import MemberState, WorkStatus, reason_text
+from proofpool.infra.chain.events import ChainEvent
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.units import TOKEN
+from proofpool.infra.checkpoint import publish_checkpoint
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage import ObjectStore
+from proofpool.infra.storage.seaweed import SeaweedProcess
 from proofpool.model.build import init_model
 from proofpool.model.cache import ensure_devnet_model
-from proofpool.storage import ObjectStore
-from proofpool.storage.seaweed import SeaweedProcess
 from tests.fixtures.market import Market
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proofpool.rl import group_advantages
+from proofpool.core.rl import group_advantages
 
 
 def test_reward_minus_group_mean() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from proofpool.assignment import (
+from proofpool.core.assignment import (
     DEFAULT_ASSIGNMENT,
     AssignmentConfig,
     Checkpoint,

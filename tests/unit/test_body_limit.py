@@ -1,4 +1,4 @@
-"""`backend.body_limit.BodyLimit` at the ASGI level, in-process: a small FastAPI app with the
+"""`proofpool.backend.body_limit.BodyLimit` at the ASGI level, in-process: a small FastAPI app with the
 backend's error handlers, driven with hand-made `receive`/`send` so the test sees exactly how
 many body chunks the app pulled and what it answered."""
 
@@ -11,11 +11,10 @@ from dataclasses import dataclass, field
 
 import pytest
 from fastapi import FastAPI
+from proofpool.backend.api.errors import install_error_handlers
+from proofpool.backend.body_limit import BodyLimit
 from pydantic import BaseModel
 from starlette.types import Message
-
-from backend.api.errors import install_error_handlers
-from backend.body_limit import BodyLimit
 
 CAP = 1024 * 1024
 CHUNK = 64 * 1024

@@ -6,9 +6,9 @@ import pytest
 from eth_abi import encode
 from web3 import Web3
 
-from proofpool.chain.artifacts import load_artifact
-from proofpool.chain.calls import AbiFunction
-from proofpool.chain.errors import ChainError
+from proofpool.infra.chain.artifacts import load_artifact
+from proofpool.infra.chain.calls import AbiFunction
+from proofpool.infra.chain.errors import ChainError
 
 NODE = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 POOL_ADDRESS = "0x5FbDB2315678afecb367f032d93F642f64180aa3"

@@ -1,10 +1,10 @@
-"""`proofpool.chain.rpc.connect`: the web3 connection every service and CLI uses."""
+"""`proofpool.infra.chain.rpc.connect`: the web3 connection every service and CLI uses."""
 
 from __future__ import annotations
 
 import pytest
 
-from proofpool.chain.rpc import UNUSED_MIDDLEWARE, connect
+from proofpool.infra.chain.rpc import UNUSED_MIDDLEWARE, connect
 
 URL = "http://127.0.0.1:1"  # nobody answers; check=False never sends
 

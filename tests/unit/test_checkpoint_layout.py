@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proofpool.checkpoint import CheckpointError, Reason, checkpoint_prefix, parse_checkpoint_uri
-from proofpool.checkpoint.store import CheckpointLocation
+from proofpool.infra.checkpoint import CheckpointError, Reason, checkpoint_prefix, parse_checkpoint_uri
+from proofpool.infra.checkpoint.store import CheckpointLocation
 
 
 def test_prefix_and_uri_follow_the_layout():

@@ -10,9 +10,16 @@ from typing import Any
 
 import pytest
 
-from proofpool.checkpoint import MANIFEST_NAME, CheckpointError, CheckpointManifest, Reason, ShardEntry, parse_manifest
-from proofpool.checkpoint.manifest import MAX_FILES, MAX_MANIFEST_BYTES
-from proofpool.errors import ProofpoolError
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.checkpoint import (
+    MANIFEST_NAME,
+    CheckpointError,
+    CheckpointManifest,
+    Reason,
+    ShardEntry,
+    parse_manifest,
+)
+from proofpool.infra.checkpoint.manifest import MAX_FILES, MAX_MANIFEST_BYTES
 
 A, B = "a" * 64, "0123456789abcdef" * 4
 

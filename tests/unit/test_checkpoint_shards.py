@@ -11,8 +11,8 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from proofpool.checkpoint import MANIFEST_NAME, CheckpointError, Reason, parse_manifest, write_checkpoint
-from proofpool.checkpoint.shards import INDEX_NAME, WEIGHTS_NAME
+from proofpool.infra.checkpoint import MANIFEST_NAME, CheckpointError, Reason, parse_manifest, write_checkpoint
+from proofpool.infra.checkpoint.shards import INDEX_NAME, WEIGHTS_NAME
 from proofpool.model.build import ModelManifest, ModelSpec, create_model, init_model, load_model, save_model
 
 SPEC = ModelSpec(seed=3, hidden=64, layers=2, heads=2)

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import pytest
 
-from proofpool.checkpoint import (
+from proofpool.core.errors import ConfigError, ServiceUnavailable
+from proofpool.infra.checkpoint import (
     MANIFEST_NAME,
     CheckpointError,
     CheckpointLocation,
@@ -22,9 +23,8 @@ from proofpool.checkpoint import (
     SourcePicker,
     fetch_checkpoint,
 )
-from proofpool.checkpoint.fetch import MAX_RESUMES
-from proofpool.checkpoint.sources import SourceError, SourceMissing, check_relay_url, relay_coordinates
-from proofpool.errors import ConfigError, ServiceUnavailable
+from proofpool.infra.checkpoint.fetch import MAX_RESUMES
+from proofpool.infra.checkpoint.sources import SourceError, SourceMissing, check_relay_url, relay_coordinates
 
 MB = 1_000_000
 

@@ -8,7 +8,6 @@ import os
 import signal
 
 import pytest
-
 from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
 
 

@@ -13,6 +13,9 @@ import dataclasses
 import numpy as np
 import pytest
 
+from proofpool.core.sampling import SamplingCheck
+from proofpool.core.toploc import ChunkCheck
+from proofpool.core.toploc.verify import MAX_EXP_MISMATCHES, MAX_MANT_ERR_MEAN, NO_MATCH, toploc_verdict
 from proofpool.inference.check import (
     MAX_FILE_EXP_MISMATCH_RATE,
     MAX_FILE_MANT_ERR_MEAN,
@@ -21,9 +24,6 @@ from proofpool.inference.check import (
     file_statistic,
     file_verdict,
 )
-from proofpool.sampling import SamplingCheck
-from proofpool.toploc import ChunkCheck
-from proofpool.toploc.verify import MAX_EXP_MISMATCHES, MAX_MANT_ERR_MEAN, NO_MATCH, toploc_verdict
 
 TOPK = 128
 

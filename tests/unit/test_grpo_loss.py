@@ -11,12 +11,12 @@ import math
 
 import pytest
 import torch
+from proofpool.trainer.batch import online_filter
+from proofpool.trainer.config import GrpoConfig, default_normalizer
+from proofpool.trainer.loss import LossInputs, grpo_loss
 from pydantic import ValidationError
 
-from proofpool.rollout import RolloutSample
-from trainer.batch import online_filter
-from trainer.config import GrpoConfig, default_normalizer
-from trainer.loss import LossInputs, grpo_loss
+from proofpool.core.rollout import RolloutSample
 
 CFG = GrpoConfig(normalizer=10.0)
 OLD = -1.0

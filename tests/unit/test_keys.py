@@ -1,5 +1,5 @@
 """Encrypted keystores: `proofpool keys` and the one loader every command uses
-(`proofpool.chain.accounts.load_account`). Keystores here use a cheap pbkdf2 setting so the
+(`proofpool.infra.chain.accounts.load_account`). Keystores here use a cheap pbkdf2 setting so the
 tests stay fast; one test checks that the default is the expensive scrypt."""
 
 from __future__ import annotations
@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 from eth_account import Account
+from proofpool.cli import keys
 from typer.testing import CliRunner
 
-from proofpool.chain import accounts
-from proofpool.chain.accounts import (
+from proofpool.core.errors import ConfigError, ProofpoolError
+from proofpool.infra.chain import accounts
+from proofpool.infra.chain.accounts import (
     KEY_PASSWORD_ENV,
     account_address,
     encrypt_account,
     load_account,
     load_keystore,
 )
-from proofpool.cli import keys
-from proofpool.errors import ConfigError, ProofpoolError
 
 PASSWORD = "correct horse battery staple"
 CHEAP = ["--kdf", "pbkdf2", "--kdf-work", "2"]

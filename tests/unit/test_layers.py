@@ -1,81 +1,60 @@
-"""The import layers (`.importlinter`): the services never import each other, the core never imports
-a service, and neither imports the applications. Checked over the real import graph, and shown
-once to fail on an upward import."""
+"""The import layers (`tools/check_layers.py`): the core imports only itself, the adapters never import
+a service, the services never import each other, and nothing imports the applications. Checked over
+the real code, and shown once to fail on an upward import and on a service importing another."""
 
 from __future__ import annotations
 
-import configparser
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from proofpool.config import REPO_ROOT
-
-CONFIG = REPO_ROOT / ".importlinter"
-APPS = {"cli", "devnet"}
-SERVICES = ("backend", "worker", "validator", "trainer")
-
-
-def _lint_imports() -> Path:
-    found = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
-    if found is None:
-        pytest.fail("lint-imports is not installed: run `make setup` (it comes with the dev extras)")
-    return Path(found)
-
-
-def _core_modules() -> list[str]:
-    """The core modules the contracts list as sources."""
-    parser = configparser.ConfigParser()
-    parser.read(CONFIG)
-    listed = parser["importlinter:contract:core"]["source_modules"].split()
-    return [name.removeprefix("proofpool.") for name in listed]
-
-
-def _run(cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(_lint_imports()), str(CONFIG), "--no-cache"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+from tools.check_layers import LAYERS, REPO_ROOT, Violation, check, discover, package_folders
 
 
 def test_the_code_keeps_its_layers() -> None:
-    done = _run(REPO_ROOT)
+    done = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "tools" / "check_layers.py")], capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "0 broken" in done.stdout
+    assert "layers kept" in done.stdout
 
 
-def test_every_module_of_the_core_package_is_either_core_or_an_application() -> None:
-    package = REPO_ROOT / "proofpool"
-    modules = [p.stem for p in package.glob("*.py")] + [
-        p.name for p in package.iterdir() if (p / "__init__.py").exists()
-    ]
-    present = {name for name in modules if not name.startswith("_")}
-    assert present == set(_core_modules()) | APPS
+def test_every_installed_package_has_a_layer() -> None:
+    folders = package_folders()
+    assert set(folders) >= {"proofpool", "proofpool.backend", "proofpool.cli", "proofpool.devnet"}
+    modules = discover(folders)
+    assert "proofpool.backend.app" in modules and "proofpool.core.errors" in modules
+    assert [problem for problem in check(modules) if isinstance(problem, str)] == []
+    assert [layer.name for layer in LAYERS] == ["applications", "services", "adapters", "core"]
+
+
+def _with(tmp_path: Path, name: str, source: str) -> dict[str, Path]:
+    """The real modules plus one scratch module `name` holding `source`."""
+    path = tmp_path / (name.rsplit(".", 1)[-1] + ".py")
+    path.write_text(source)
+    return {**discover(package_folders()), name: path}
 
 
 def test_an_upward_import_breaks_the_check(tmp_path: Path) -> None:
-    """A tree with the same package names: clean it passes; one core module importing a service fails."""
-    for service in SERVICES:
-        (tmp_path / service).mkdir()
-        (tmp_path / service / "__init__.py").write_text("")
-    (tmp_path / "proofpool").mkdir()
-    (tmp_path / "proofpool" / "__init__.py").write_text("")
-    for module in [*_core_modules(), *APPS]:
-        (tmp_path / "proofpool" / f"{module}.py").write_text("")
-    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    modules = _with(tmp_path, "proofpool.core.upward", "def f():\n    from proofpool.backend.app import create_app\n")
+    [violation] = [p for p in check(modules) if isinstance(p, Violation) and p.importer == "proofpool.core.upward"]
+    assert violation.imported == "proofpool.backend.app" and violation.line == 2
+    assert violation.why == "core may not import services"
 
-    assert _run(tmp_path, env).returncode == 0
 
-    (tmp_path / "proofpool" / "chain.py").write_text("import validator\n")
-    done = _run(tmp_path, env)
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "The core never imports a service BROKEN" in done.stdout
-    assert "proofpool.chain -> validator" in done.stdout
+def test_a_service_importing_another_breaks_the_check(tmp_path: Path) -> None:
+    modules = _with(tmp_path, "proofpool.worker.peek", "from proofpool.validator import store\n")
+    [violation] = [p for p in check(modules) if isinstance(p, Violation) and p.importer == "proofpool.worker.peek"]
+    assert violation.imported == "proofpool.validator.store"
+    assert violation.why == "the services never import each other"
+
+
+def test_the_applications_are_imported_by_nobody(tmp_path: Path) -> None:
+    modules = _with(tmp_path, "proofpool.infra.cheats", "import proofpool.devnet.adversary\n")
+    [violation] = [p for p in check(modules) if isinstance(p, Violation) and p.importer == "proofpool.infra.cheats"]
+    assert violation.why == "adapters may not import applications"
+
+
+def test_a_module_outside_every_layer_is_reported(tmp_path: Path) -> None:
+    modules = _with(tmp_path, "proofpool.stray", "")
+    assert any(isinstance(p, str) and "proofpool.stray belongs to no layer" in p for p in check(modules))

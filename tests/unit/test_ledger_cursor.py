@@ -7,8 +7,7 @@ import contextlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from backend.db.ledger import (
+from proofpool.backend.db.ledger import (
     MAX_CURSOR_CHARS,
     NODES,
     POOLS,

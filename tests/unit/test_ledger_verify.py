@@ -8,9 +8,8 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 import pytest
-
-from backend.indexer.ledger_diff import Difference, LedgerDiff, TableDiff, diff_rows, render_text
-from backend.indexer.verify import scratch_name
+from proofpool.backend.indexer.ledger_diff import Difference, LedgerDiff, TableDiff, diff_rows, render_text
+from proofpool.backend.indexer.verify import scratch_name
 
 COLUMNS = ("address", "active_stake", "tx_hash")
 KEY = ("address",)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 from eth_account import Account
+from proofpool.backend.api.errors import ApiError
+from proofpool.backend.orchestrator.invites import manager_account
+from proofpool.backend.orchestrator.manager_key import manager_key
 
-from backend.api.errors import ApiError
-from backend.orchestrator.invites import manager_account
-from backend.orchestrator.manager_key import manager_key
-from proofpool.chain.accounts import KEY_PASSWORD_ENV, encrypt_account
-from proofpool.config import Settings
-from proofpool.errors import ConfigError
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.accounts import KEY_PASSWORD_ENV, encrypt_account
+from proofpool.infra.config import Settings
 
 
 def _settings(value: str | None) -> Settings:

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from backend.orchestrator.states import Liveness, NodeState, latest, node_state
+from proofpool.backend.orchestrator.states import Liveness, NodeState, latest, node_state
 
 LIVENESS = Liveness(unhealthy_after=30, dead_after=120)
 NOW = 1_000_000.0

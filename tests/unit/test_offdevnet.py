@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from eth_account import Account
 
-from proofpool.chain.accounts import encrypt_account
-from proofpool.chain.anvil import ANVIL_KEYS, anvil_account
-from proofpool.config import Settings
-from proofpool.errors import ConfigError
-from proofpool.offdevnet import check_off_devnet
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.accounts import encrypt_account
+from proofpool.infra.chain.anvil import ANVIL_KEYS, anvil_account
+from proofpool.infra.config import Settings
+from proofpool.infra.offdevnet import check_off_devnet
 
 REAL = Settings().model_copy(update={"s3_access_key": "real-access", "s3_secret_key": "real-secret"})
 DEVNET = Settings().model_copy(update={"s3_access_key": "proofpool-devnet", "s3_secret_key": "proofpool-devnet-secret"})

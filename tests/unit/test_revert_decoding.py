@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from eth_abi import encode
 
-from proofpool.chain import errors
-from proofpool.chain.errors import ContractRevert, decode_revert
+from proofpool.infra.chain import errors
+from proofpool.infra.chain.errors import ContractRevert, decode_revert
 
 
 @pytest.fixture(autouse=True)

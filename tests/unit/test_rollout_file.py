@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proofpool.rollout import (
+from proofpool.core.rollout import (
     ROLLOUT_SCHEMA,
     RolloutFileError,
     RolloutFileMeta,
@@ -23,7 +23,7 @@ from proofpool.rollout import (
     validate_schema,
     write_rollouts,
 )
-from proofpool.rollout.schema import META_NODE, META_POOL_ID, META_SCHEMA_VERSION
+from proofpool.core.rollout.schema import META_NODE, META_POOL_ID, META_SCHEMA_VERSION
 
 NODE = "0x" + "ab" * 20
 META = RolloutFileMeta(pool_id=2**200 + 7, node=NODE)

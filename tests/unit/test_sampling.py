@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from proofpool.sampling import (
+from proofpool.core.sampling import (
     DEFAULT_TIE_TOLERANCE,
     SamplingCheck,
     gumbel_noise,

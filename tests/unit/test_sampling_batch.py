@@ -13,6 +13,10 @@ import math
 import pytest
 import torch
 
+from proofpool.core.rollout import RolloutSample
+from proofpool.core.sampling import SamplingInput, sample_tokens, scores, verify, verify_batch
+from proofpool.core.sampling.gumbel import batch_score_blocks
+from proofpool.core.toploc import build_proofs_batch, join_proofs
 from proofpool.inference.check import (
     SampleVerdict,
     check_sample,
@@ -23,10 +27,6 @@ from proofpool.inference.check import (
 from proofpool.inference.prefill import prefill, prefill_batch
 from proofpool.model.build import ModelSpec, create_model
 from proofpool.model.tokenizer import EOS_ID
-from proofpool.rollout import RolloutSample
-from proofpool.sampling import SamplingInput, sample_tokens, scores, verify, verify_batch
-from proofpool.sampling.gumbel import batch_score_blocks
-from proofpool.toploc import build_proofs_batch, join_proofs
 
 VOCAB, EOS = 1000, 999
 

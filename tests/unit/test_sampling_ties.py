@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 import torch
 
-from proofpool.sampling import DEFAULT_TIE_TOLERANCE, SamplingInput, sample_tokens, scores, verify, verify_batch
-from proofpool.sampling.ties import DEFAULT_TIE_ALPHA, flip_log_e_value, tie_test
-from proofpool.sampling.verify import DEFAULT_TIE_NOISE_SCALE
+from proofpool.core.sampling import DEFAULT_TIE_TOLERANCE, SamplingInput, sample_tokens, scores, verify, verify_batch
+from proofpool.core.sampling.ties import DEFAULT_TIE_ALPHA, flip_log_e_value, tie_test
+from proofpool.core.sampling.verify import DEFAULT_TIE_NOISE_SCALE
 
 VOCAB, EOS = 64, 63
 ROWS, TOKENS = 64, 8

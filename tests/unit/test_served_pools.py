@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from proofpool.chain.networks import DEVNET_CHAIN_ID
-from proofpool.errors import ConfigError
-from proofpool.served import ServedPools
+from proofpool.core.errors import ConfigError
+from proofpool.infra.chain.networks import DEVNET_CHAIN_ID
+from proofpool.infra.served import ServedPools
 
 MANAGER = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 

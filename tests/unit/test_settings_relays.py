@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from proofpool.config import Settings
+from proofpool.infra.config import Settings
 
 
 def test_relays_default_to_none(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""`proofpool.auth.signed_request` alone: the signed text byte for byte (clients and backends
+"""`proofpool.core.auth.signed_request` alone: the signed text byte for byte (clients and backends
 of different versions must agree on it), what binds a signature, the timestamp window, host
 normalization, and the settings that configure the backend's side."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from eth_account import Account
 
-from proofpool.auth.signed_request import (
+from proofpool.core.auth.signed_request import (
     Audience,
     AuthError,
     Deployment,
@@ -18,7 +18,7 @@ from proofpool.auth.signed_request import (
     sign_request,
     verify_request,
 )
-from proofpool.config import Settings
+from proofpool.infra.config import Settings
 
 pytestmark = pytest.mark.timeout(20)
 

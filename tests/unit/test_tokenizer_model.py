@@ -160,9 +160,8 @@ def test_warmup_is_deterministic(tmp_path: Path) -> None:
 
 
 def test_cli_model_init_warmup_and_path(tmp_path: Path) -> None:
-    from typer.testing import CliRunner
-
     from proofpool.cli.model import app
+    from typer.testing import CliRunner
 
     runner = CliRunner()
     model_dir = tmp_path / "m"

@@ -16,7 +16,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from proofpool.toploc import (
+from proofpool.core.toploc import (
     PRIME,
     ToplocError,
     build_proofs,
@@ -28,7 +28,7 @@ from proofpool.toploc import (
     verify_proofs,
     verify_proofs_batch,
 )
-from proofpool.toploc.field import evaluate, find_injective_moduli, find_injective_modulus, interpolate
+from proofpool.core.toploc.field import evaluate, find_injective_moduli, find_injective_modulus, interpolate
 from tests.toploc_vectors import VECTOR_DIR, VECTOR_FILES
 
 VECTORS = [json.loads(p.read_text()) for p in VECTOR_FILES]

@@ -7,7 +7,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from proofpool.toploc import (
+from proofpool.core.toploc import (
     PRIME,
     ChunkCheck,
     ToplocError,

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from proofpool.toploc import build_proofs, toploc_verdict, verify_proofs
-from proofpool.toploc.field import PRIME, evaluate, find_injective_modulus, interpolate, inverse_table
+from proofpool.core.toploc import build_proofs, toploc_verdict, verify_proofs
+from proofpool.core.toploc.field import PRIME, evaluate, find_injective_modulus, interpolate, inverse_table
 from tests.toploc_vectors import VECTOR_DIR, VECTOR_FILES
 
 

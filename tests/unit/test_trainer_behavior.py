@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 import torch
+from proofpool.trainer.batch import behavior_key, completion_logprobs, make_batch, place_logprobs
+from proofpool.trainer.behavior import BehaviorPolicies, published_weights
 
 from proofpool.model.build import ModelSpec, create_model
 from proofpool.tasks.arithmetic import Problem
 from tests.fixtures.local_rollouts import generate_rollouts
-from trainer.batch import behavior_key, completion_logprobs, make_batch, place_logprobs
-from trainer.behavior import BehaviorPolicies, published_weights
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +64,8 @@ def test_place_logprobs_puts_each_value_on_its_completion_position(models) -> No
 
 def test_on_policy_rows_give_ratio_one(models) -> None:
     """Behaviour log-probabilities of the current weights are the step's own starting policy."""
-    from trainer.config import GrpoConfig
-    from trainer.step import grpo_step, make_optimizer
+    from proofpool.trainer.config import GrpoConfig
+    from proofpool.trainer.step import grpo_step, make_optimizer
 
     model = create_model(ModelSpec(seed=5, hidden=32, layers=2, heads=1))
     rows = generate_rollouts(model.eval(), [Problem(1, 2), Problem(40, 2)], group_size=4, sampling_seed=7)

@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from proofpool.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
-from proofpool.storage import rollout_key
-from trainer.data import RolloutSource
+from proofpool.trainer.data import RolloutSource
+
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.infra.storage import rollout_key
 
 NODE = "0x976EA74026E726554dB657fA54763abd0C3a0aa9"
 POOL = 1
@@ -92,8 +93,9 @@ def test_gather_rides_out_a_backend_that_is_down_for_a_while() -> None:
     """The e2e drill kills the backend while the trainer waits: the trainer must ask again."""
     import threading
 
-    from proofpool.errors import ServiceUnavailable
-    from trainer.data import gather
+    from proofpool.trainer.data import gather
+
+    from proofpool.core.errors import ServiceUnavailable
 
     source, _ = _market([(0, 10, "accepted"), (0, 11, "accepted")])
     ledger = source.ledger

@@ -8,11 +8,11 @@ import math
 
 import pytest
 import torch
+from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.step import grpo_step, guarded_update, make_optimizer
 
+from proofpool.core.rollout import RolloutSample
 from proofpool.model.build import ModelSpec, create_model
-from proofpool.rollout import RolloutSample
-from trainer.config import GrpoConfig
-from trainer.step import grpo_step, guarded_update, make_optimizer
 
 TINY = ModelSpec(seed=5, hidden=32, layers=2, heads=1)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trainer.metrics import append_csv, read_csv
+from proofpool.trainer.metrics import append_csv, read_csv
 
 
 def test_new_file_gets_header_and_rows(tmp_path: Path) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from proofpool.chain.units import TOKEN, format_pool, parse_pool
-from proofpool.errors import ProofpoolError
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.units import TOKEN, format_pool, parse_pool
 
 
 @pytest.mark.parametrize("units", [0, 1, TOKEN, 250 * TOKEN + TOKEN // 2, 2**256 - 1, 10**40 + 7])

@@ -1,6 +1,6 @@
 """The validator's cheap checks (no model): each hostile file is rejected with its reason, never raises.
 
-Files are built by hand through `proofpool.rollout` and judged at `sample_rate=0`, so TOPLOC and
+Files are built by hand through `proofpool.core.rollout` and judged at `sample_rate=0`, so TOPLOC and
 the sampling check do not run (their proofs are placeholders) and no model is needed; the model
 checks are in tests/integration/test_validator_checks_model.py.
 """
@@ -20,17 +20,17 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
+from proofpool.validator.checks.assignment import BatchIndex
+from proofpool.validator.checks.verdict import json_safe
 
-from proofpool.assignment import sampling_seed, task_ids
+from proofpool.core.assignment import sampling_seed, task_ids
+from proofpool.core.rl.advantages import group_advantages
+from proofpool.core.rollout import ROLLOUT_SCHEMA, RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.core.rollout.io import rollouts_table
+from proofpool.core.rollout.schema import META_SCHEMA_VERSION
 from proofpool.model.tokenizer import EOS_ID, VOCAB_SIZE, encode_text
-from proofpool.rl.advantages import group_advantages
-from proofpool.rollout import ROLLOUT_SCHEMA, RolloutFileMeta, RolloutSample, rollouts_bytes
-from proofpool.rollout.io import rollouts_table
-from proofpool.rollout.schema import META_SCHEMA_VERSION
 from proofpool.tasks.arithmetic import Problem, problem_from_id, reward
-from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
-from validator.checks.assignment import BatchIndex
-from validator.checks.verdict import json_safe
 
 NODE = "0x" + "ab" * 20
 POOL_ID = 7
@@ -566,7 +566,7 @@ def test_verdict_reason_fits_bytes32_and_agrees_with_accepted() -> None:
 def test_every_reason_code_fits_bytes32() -> None:
     from typing import get_args
 
-    from validator.checks.verdict import Reason
+    from proofpool.validator.checks.verdict import Reason
 
     codes = [c for part in get_args(Reason) for c in get_args(part)]
     assert len(codes) == len(set(codes)) >= 30

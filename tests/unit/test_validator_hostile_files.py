@@ -25,14 +25,14 @@ from typing import Any, Final
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from proofpool.validator.checks import decode
+from proofpool.validator.checks.decode import ChildLimits, DecodeChildError, run_in_child
+from proofpool.validator.checks.file import parse_file, read_file
 
-from proofpool.config import REPO_ROOT
+from proofpool.core.rollout import ROLLOUT_SCHEMA
+from proofpool.infra.config import REPO_ROOT
 from proofpool.model.tokenizer import EOS_ID
-from proofpool.rollout import ROLLOUT_SCHEMA
 from tests.unit.test_validator_checks import HONEST, META, RULES, cheap, submission
-from validator.checks import decode
-from validator.checks.decode import ChildLimits, DecodeChildError, run_in_child
-from validator.checks.file import parse_file, read_file
 
 MIB: Final = 2**20
 
@@ -262,12 +262,12 @@ _HARNESS: Final = """
 import json, resource, sys, time
 sys.path.insert(0, {root!r})
 from tests.unit.test_validator_checks import RULES, submission
-from validator.checks import run_checks
-import validator.checks.run
+from proofpool.validator.checks import run_checks
+import proofpool.validator.checks.run
 if {today!r}:
     sys.path.insert(0, {today!r})
     import file_today
-    validator.checks.run.read_file = file_today.read_file
+    proofpool.validator.checks.run.read_file = file_today.read_file
 data = sys.stdin.buffer.read()
 with open("/proc/self/statm") as statm:
     mapped = int(statm.read().split()[0]) * resource.getpagesize()
@@ -418,8 +418,8 @@ def test_honest_file_reads_the_same_through_the_child(monkeypatch: pytest.Monkey
 
 
 def test_the_forkservers_warm_up_parses_a_valid_file() -> None:
-    """The forkserver preloads `validator.checks.preload`, whose warm-up must be a file the checks accept."""
-    from validator.checks import preload
+    """The forkserver preloads `proofpool.validator.checks.preload`, whose warm-up must be a file the checks accept."""
+    from proofpool.validator.checks import preload
 
     preload.warm_up()  # raises if the checks refuse it
-    assert "validator.checks.preload" in decode._FORKSERVER_PRELOAD
+    assert "proofpool.validator.checks.preload" in decode._FORKSERVER_PRELOAD

@@ -1,10 +1,10 @@
-"""`validator.pipeline.drawn`: which submissions `--sample-rate p` recomputes in full."""
+"""`proofpool.validator.pipeline.drawn`: which submissions `--sample-rate p` recomputes in full."""
 
 from __future__ import annotations
 
 import hashlib
 
-from validator.pipeline import drawn
+from proofpool.validator.pipeline import drawn
 
 
 def keys(n: int) -> list[bytes]:

@@ -1,4 +1,4 @@
-"""Staleness with a grace (`validator.checks.version`): a file one version below the async window
+"""Staleness with a grace (`proofpool.validator.checks.version`): a file one version below the async window
 is not stale when the checkpoint that pushed it out was published less than `stale_grace`
 seconds before the submission, so two checkpoints published seconds apart never slash an honest
 node that was assigned just before them. Anything older, or a slower publication, stays stale."""
@@ -6,9 +6,8 @@ node that was assigned just before them. Anything older, or a slower publication
 from __future__ import annotations
 
 import pytest
-
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.version import check_version
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.version import check_version
 
 WINDOW = 2
 LATEST = 7

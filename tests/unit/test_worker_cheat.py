@@ -19,8 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from proofpool.assignment import sampling_seed, task_ids
 from proofpool.devnet.adversary import (
     STALE_VERSION,
     Cheater,
@@ -31,14 +29,16 @@ from proofpool.devnet.adversary import (
     reencode,
     restamp_version,
 )
-from proofpool.http.node_api import Assignment
+from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
+from proofpool.worker.journal import BatchState, JournalEntry
+from proofpool.worker.rollout import RolloutFile, work_units
+
+from proofpool.core.assignment import sampling_seed, task_ids
+from proofpool.core.rl.advantages import group_advantages
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
+from proofpool.infra.http.node_api import Assignment
 from proofpool.model.tokenizer import EOS_ID, decode_tokens, encode_text
-from proofpool.rl.advantages import group_advantages
-from proofpool.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.tasks.arithmetic import Problem, problem_from_id, reward
-from validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
-from worker.journal import BatchState, JournalEntry
-from worker.rollout import RolloutFile, work_units
 
 NODE = "0x" + "cd" * 20
 POOL_ID = 3

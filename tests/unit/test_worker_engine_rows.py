@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-
-from worker.engine import _Capture, _RowTable
+from proofpool.worker.engine import _Capture, _RowTable
 
 
 def _capture(steps: list[tuple[list[int], list[int], list[float]]]) -> _Capture:

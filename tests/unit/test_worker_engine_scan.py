@@ -5,9 +5,9 @@ llvmlite's duck-typed library handle."""
 from __future__ import annotations
 
 import numpy as np
+from proofpool.worker.engine import _shield_llvmlite_from_kernel_scan
 
-from proofpool.toploc.field import interpolate
-from worker.engine import _shield_llvmlite_from_kernel_scan
+from proofpool.core.toploc.field import interpolate
 
 
 def test_vllm_kernel_scan_passes_after_numba_compiled_the_proof_kernel() -> None:

@@ -7,8 +7,7 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-
-from worker.journal import PENDING_STATES, BatchState, Journal
+from proofpool.worker.journal import PENDING_STATES, BatchState, Journal
 
 
 def record(journal: Journal, batch: int, data: bytes = b"") -> tuple[bytes, bytes]:

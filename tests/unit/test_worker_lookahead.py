@@ -7,11 +7,11 @@ import threading
 from pathlib import Path
 
 import pytest
+from proofpool.worker.lookahead import Generated, Lookahead, next_assignment
+from proofpool.worker.rollout import RolloutFile
 
-from proofpool.assignment import AssignmentConfig, Checkpoint, assign
-from proofpool.http.node_api import Assignment, Heartbeat
-from worker.lookahead import Generated, Lookahead, next_assignment
-from worker.rollout import RolloutFile
+from proofpool.core.assignment import AssignmentConfig, Checkpoint, assign
+from proofpool.infra.http.node_api import Assignment, Heartbeat
 
 NODE = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 CONFIG = AssignmentConfig(batch_size=5, group_size=3, max_tokens=6, temperature=0.7)
@@ -19,7 +19,7 @@ CHECKPOINT = Checkpoint(4, b"\x07" * 32, "s3://bucket/pools/2/checkpoints/4/")
 
 
 def as_sent(batch: int) -> Assignment:
-    """What the backend's heartbeat carries for `batch` (backend.api.orchestrator's fields)."""
+    """What the backend's heartbeat carries for `batch` (proofpool.backend.api.orchestrator's fields)."""
     a = assign(2, NODE, CHECKPOINT, batch, CONFIG)
     return Assignment.from_json(
         {

@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
+import proofpool.worker.models as models
 import pytest
+from proofpool.worker.models import ModelResolver, Unservable
 
-import worker.models as models
-from proofpool.checkpoint import CheckpointError, Reason
-from proofpool.http.node_api import Assignment
-from worker.models import ModelResolver, Unservable
+from proofpool.infra.checkpoint import CheckpointError, Reason
+from proofpool.infra.http.node_api import Assignment
 
 GOOD = bytes.fromhex("aa" * 32)
 OTHER = bytes.fromhex("bb" * 32)

@@ -7,12 +7,12 @@ import time
 
 import pytest
 import requests
+from proofpool.worker.retry import Backoff, Stopped, is_transient, retry
 
-from proofpool.chain.errors import ContractRevert, TxTimeout
-from proofpool.errors import ConfigError, ServiceUnavailable
-from proofpool.http.signed_client import ApiRefused
-from proofpool.storage.s3 import StorageUnavailable
-from worker.retry import Backoff, Stopped, is_transient, retry
+from proofpool.core.errors import ConfigError, ServiceUnavailable
+from proofpool.infra.chain.errors import ContractRevert, TxTimeout
+from proofpool.infra.http.signed_client import ApiRefused
+from proofpool.infra.storage.s3 import StorageUnavailable
 
 FAST = Backoff(initial=0.001, maximum=0.002)
 

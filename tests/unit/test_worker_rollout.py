@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from proofpool.worker.rollout import plan_batch, work_units
 
-from proofpool.rollout import RolloutSample
+from proofpool.core.rollout import RolloutSample
 from proofpool.tasks.arithmetic import InvalidProblemId, problem_from_id
-from worker.rollout import plan_batch, work_units
 
 
 def test_rows_follow_tasks_and_groups_with_sample_index_equal_to_row() -> None:

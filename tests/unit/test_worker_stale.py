@@ -11,14 +11,14 @@ from types import SimpleNamespace
 from typing import Any
 
 from eth_account import Account
+from proofpool.worker.console import WorkerConsole
+from proofpool.worker.journal import BatchState
+from proofpool.worker.node import WorkerConfig, WorkerNode
+from proofpool.worker.submit import stale_reason
 from rich.console import Console
 
-from proofpool.chain.anvil import ANVIL_KEYS
-from proofpool.chain.bindings import WorkStatus
-from worker.console import WorkerConsole
-from worker.journal import BatchState
-from worker.node import WorkerConfig, WorkerNode
-from worker.submit import stale_reason
+from proofpool.infra.chain.anvil import ANVIL_KEYS
+from proofpool.infra.chain.bindings import WorkStatus
 
 NODE = Account.from_key(ANVIL_KEYS[6])
 
@@ -65,8 +65,8 @@ def test_the_window_is_checked_again_right_before_submit_work(tmp_path: Path) ->
     """A checkpoint published while the batch uploaded: the send is refused, not slashed later."""
     import threading
 
-    from worker.retry import Backoff
-    from worker.submit import StaleBatch, submit
+    from proofpool.worker.retry import Backoff
+    from proofpool.worker.submit import StaleBatch, submit
 
     versions = iter([2, 4])  # at the upload: fine; at the send: two versions later
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from eth_account import Account
+from proofpool.worker.journal import Journal
+from proofpool.worker.retry import Backoff
+from proofpool.worker.submit import submit
 
-from proofpool.chain.anvil import ANVIL_KEYS
-from proofpool.chain.bindings import WorkStatus
-from proofpool.chain.errors import TxTimeout
-from worker.journal import Journal
-from worker.retry import Backoff
-from worker.submit import submit
+from proofpool.infra.chain.anvil import ANVIL_KEYS
+from proofpool.infra.chain.bindings import WorkStatus
+from proofpool.infra.chain.errors import TxTimeout
 
 NODE = Account.from_key(ANVIL_KEYS[6]).address
 

@@ -5,9 +5,9 @@ inputs and records the verdict; anyone holding the file can re-run `run_checks` 
 verdict. See docs/validator-checks.md for the order of the checks and every reason code.
 """
 
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.inference import ModelLoader
-from validator.checks.run import run_checks
-from validator.checks.verdict import CheckReason, Reason, Verdict
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.inference import ModelLoader
+from proofpool.validator.checks.run import run_checks
+from proofpool.validator.checks.verdict import CheckReason, Reason, Verdict
 
 __all__ = ["CheckReason", "ModelLoader", "PoolRules", "Reason", "SubmissionFacts", "Verdict", "run_checks"]

@@ -1,7 +1,7 @@
 """Check 3b: the file answers, in full, a batch the orchestrator handed to this node.
 
 An assignment is a pure function of (pool, node, checkpoint version, batch counter)
-(`proofpool.assignment`): the sampling seed and the problems both derive from it. Without this
+(`proofpool.core.assignment`): the sampling seed and the problems both derive from it. Without this
 check a node could be paid twice for one batch (the same rows re-encoded: other bytes, another
 work key, and every other check passes), or be paid for rows it copied from another node's file.
 
@@ -11,11 +11,11 @@ highest batch the orchestrator handed this node for that version (`PoolRules.las
 from `issued_batches`). The orchestrator hands batches out one after the other, so a node cannot
 look ahead through the counters for easy problems and answer those instead.
 
-Then the file must be the whole batch, in the order the worker writes it (`worker.rollout`):
+Then the file must be the whole batch, in the order the worker writes it (`proofpool.worker.rollout`):
 `batch_size` groups of exactly `group_size` rows, row r in group r // group_size, group g holding
 the batch's g-th problem. A node may not drop the groups it did badly on, nor shrink a group to the
 samples it liked. Which work key may use a batch is decided later, against the other validators'
-decisions (`validator.store.claim_batch`): only the first accepted file of a batch counts.
+decisions (`proofpool.validator.store.claim_batch`): only the first accepted file of a batch counts.
 """
 
 from __future__ import annotations
@@ -24,10 +24,11 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Final
 
-from proofpool.assignment import sampling_seed, task_ids
-from proofpool.rollout import RolloutSample
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.verdict import Verdict, quote, reject
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.verdict import Verdict, quote, reject
+
+from proofpool.core.assignment import sampling_seed, task_ids
+from proofpool.core.rollout import RolloutSample
 
 MAX_BATCHES: Final = 65_536
 """Batches per node and checkpoint version searched when the issued-batch record is not at hand

@@ -15,12 +15,12 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.verdict import Verdict, reject
 
-from proofpool.rollout import RolloutSample
-from proofpool.sampling.eos import eos_placement_ok
-from proofpool.toploc.proof import DEFAULT_TOPK, expected_proof_lengths
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.verdict import Verdict, reject
+from proofpool.core.rollout import RolloutSample
+from proofpool.core.sampling.eos import eos_placement_ok
+from proofpool.core.toploc.proof import DEFAULT_TOPK, expected_proof_lengths
 
 _COLUMNS = ("prompt_tokens", "completion_tokens")
 

@@ -5,7 +5,7 @@ a 569-byte file whose footer claims one value can hold a data page of ten millio
 encoded tokens, and a page header may claim up to 2**31 values. So the validator does not trust the
 footer for its safety; three bounds hold whatever the file says:
 
-1. Structure first (`footer_length_error`, and `MAX_ROW_GROUPS` in `validator.checks.file`): the
+1. Structure first (`footer_length_error`, and `MAX_ROW_GROUPS` in `proofpool.validator.checks.file`): the
    footer's own length is read from the file's last 8 bytes and capped before pyarrow parses it,
    because parsing a footer of 165,000 row groups alone costs gigabytes.
 2. What is actually decoded (`decode_bounded`): batch by batch, with a running count of the
@@ -17,7 +17,7 @@ footer for its safety; three bounds hold whatever the file says:
 
 The child is forked from a forkserver (`multiprocessing`), not from the validator process, which
 runs threads (Celery's threads pool, PyTorch) that fork must not copy; the forkserver preloads
-pyarrow and the checks, warmed up on one file (`validator.checks.preload`). Each validator thread
+pyarrow and the checks, warmed up on one file (`proofpool.validator.checks.preload`). Each validator thread
 keeps its child for file after file until one fails in it, because a fork per file (about 13 ms)
 costs more than parsing an honest file. `DECODE_IN_CHILD_ENV=0` turns the child off
 (the same checks then run in-process, bounded by 1 and 2 only) for environments that cannot fork.
@@ -41,9 +41,8 @@ from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from validator.checks.facts import MIB
-from validator.checks.verdict import Verdict, reject
+from proofpool.validator.checks.facts import MIB
+from proofpool.validator.checks.verdict import Verdict, reject
 
 log = logging.getLogger(__name__)
 
@@ -64,8 +63,8 @@ CHILD_HEADROOM: Final = 512 * MIB
 pyarrow's read and decompression buffers, and the Python objects of the samples."""
 _POLL_SECONDS: Final = 0.1
 """The parent waits for the child in slices this long, so the task's enforced deadline
-(`validator.celery_app.TimeLimitedTask`), raised between bytecodes, interrupts the wait promptly."""
-_FORKSERVER_PRELOAD: Final = ["validator.checks.preload"]
+(`proofpool.validator.celery_app.TimeLimitedTask`), raised between bytecodes, interrupts the wait promptly."""
+_FORKSERVER_PRELOAD: Final = ["proofpool.validator.checks.preload"]
 """Imported once by the forkserver, so a child starts with pyarrow and the checks loaded.
 multiprocessing also re-imports the parent's main module in each child, unless it is a package's
 `__main__`: the validator runs `python -m celery` (`celery.__main__`, skipped), and pytest runs as

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Final
 
-from proofpool.assignment import DEFAULT_ASSIGNMENT, MAX_TEMPERATURE, MIN_TEMPERATURE
+from proofpool.core.assignment import DEFAULT_ASSIGNMENT, MAX_TEMPERATURE, MIN_TEMPERATURE
 from proofpool.model.tokenizer import EOS_ID, VOCAB_SIZE
 
 MIB: Final = 2**20
@@ -61,20 +61,20 @@ class PoolRules:
     """Samples per problem: every group holds exactly this many rows."""
     hidden_size: int | None = None
     """The model's hidden size, which fixes each TOPLOC proof's length
-    (`proofpool.toploc.proof.expected_proof_lengths`); None for any model of hidden size >= 128
+    (`proofpool.core.toploc.proof.expected_proof_lengths`); None for any model of hidden size >= 128
     (every proof then covers the full top-128), which is every causal LM in use."""
     check_assignment: bool = True
-    """Require the file to answer one batch assigned to the node (`validator.checks.assignment`).
+    """Require the file to answer one batch assigned to the node (`proofpool.validator.checks.assignment`).
     Off only for files that were not made from an assignment (hand-built test files)."""
     last_issued_batch: int | None = None
     """Highest batch counter the orchestrator handed this node for the submission's checkpoint
     version (`issued_batches`); a file answering a later batch is refused. None where that record
     is not at hand (an auditor re-checking a file offline): then every counter below
-    `validator.checks.assignment.MAX_BATCHES` is searched."""
+    `proofpool.validator.checks.assignment.MAX_BATCHES` is searched."""
     stale_grace: float = 0.0
     """Seconds: a file one version below the window is not stale when the latest checkpoint (the
     one that pushed its version out) was published less than this before the submission's block
-    (`validator.checks.version`). 0: no grace."""
+    (`proofpool.validator.checks.version`). 0: no grace."""
     latest_published_before: float | None = None
     """Seconds from the latest checkpoint's publication to the submission's block, both chain
     timestamps; None when not at hand (then no grace applies)."""

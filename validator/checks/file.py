@@ -1,10 +1,10 @@
 """Checks 1-2a: the bytes are the submitted object, and they are a rollout file of this submission.
 
 Order: sha256 against the work key, size, the footer's own length, then the Parquet footer
-(schema and metadata through `proofpool.rollout`, metadata against the submission, row count,
+(schema and metadata through `proofpool.core.rollout`, metadata against the submission, row count,
 row groups, a size estimate of the decoded table), and only then decompression and decoding. The
 footer comes first because it is small and cheaply rejects most oversized files; but a file can
-falsify it, so it is never what keeps the validator safe. That is `validator.checks.decode`:
+falsify it, so it is never what keeps the validator safe. That is `proofpool.validator.checks.decode`:
 everything that parses the file runs in a memory-capped child process with a timeout, and the
 decoding is bounded by a running count of what is actually decoded. See docs/validator-checks.md.
 """
@@ -17,18 +17,18 @@ from typing import Final
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from proofpool.validator.checks.decode import child_limits, decode_bounded, footer_length_error, run_in_child
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.verdict import Verdict, quote, reject
 
-from proofpool.rollout import (
+from proofpool.core.rollout import (
     ROLLOUT_SCHEMA,
     RolloutFileError,
     RolloutFileMeta,
     RolloutSample,
     schema_error,
 )
-from proofpool.rollout.io import validated_table
-from validator.checks.decode import child_limits, decode_bounded, footer_length_error, run_in_child
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.verdict import Verdict, quote, reject
+from proofpool.core.rollout.io import validated_table
 
 _FOOTER_ERRORS: Final = (pa.ArrowException, OSError, ValueError)
 """What pyarrow raises on damaged footers (UnicodeDecodeError is a ValueError)."""
@@ -73,7 +73,7 @@ def read_file(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> ParsedFile
     `file_too_large` (footer length, decoded size estimate from the footer, decoded size measured,
     or the decoding child's memory cap or timeout: evidence `decode`).
 
-    Runs the parsing in a memory-capped child process (`validator.checks.decode`) unless
+    Runs the parsing in a memory-capped child process (`proofpool.validator.checks.decode`) unless
     `PROOFPOOL_VALIDATOR_DECODE_IN_CHILD=0`; never raises MemoryError.
     """
     too_big = footer_length_error(data)

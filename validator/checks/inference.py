@@ -17,10 +17,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.verdict import Verdict, json_safe
+
+from proofpool.core.rollout import RolloutSample
 from proofpool.inference.check import FileVerdict, SampleVerdict, check_samples, file_verdict
-from proofpool.rollout import RolloutSample
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.verdict import Verdict, json_safe
 
 if TYPE_CHECKING:
     from transformers import LlamaForCausalLM

@@ -1,4 +1,4 @@
-"""Imported once by the decoding forkserver (`validator.checks.decode`): the checks, warmed up.
+"""Imported once by the decoding forkserver (`proofpool.validator.checks.decode`): the checks, warmed up.
 
 Each decoding child is a fresh fork of the forkserver, so whatever pyarrow and the checks set up
 lazily on first use (Parquet reader state, compute kernels, allocator pools) would otherwise be
@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import logging
 
-from proofpool.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.file import ParsedFile, parse_file
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.file import ParsedFile, parse_file
+
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
 
 log = logging.getLogger(__name__)
 

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from validator.checks.assignment import check_assignment
-from validator.checks.bounds import check_bounds
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.file import ParsedFile, check_object, read_file
-from validator.checks.inference import ModelLoader, recompute, validate_sampling_args
-from validator.checks.scoring import check_scoring
-from validator.checks.verdict import Verdict
-from validator.checks.version import check_version
+from proofpool.validator.checks.assignment import check_assignment
+from proofpool.validator.checks.bounds import check_bounds
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.file import ParsedFile, check_object, read_file
+from proofpool.validator.checks.inference import ModelLoader, recompute, validate_sampling_args
+from proofpool.validator.checks.scoring import check_scoring
+from proofpool.validator.checks.verdict import Verdict
+from proofpool.validator.checks.version import check_version
 
 
 def run_checks(

@@ -1,7 +1,7 @@
 """Checks 6-8: what the file says about its samples' value, recomputed from the samples alone.
 
 Rewards come from the task's verifier (`proofpool.tasks.arithmetic.reward`, the function workers
-call), advantages from `proofpool.rl.advantages.group_advantages` over the recomputed rewards, and
+call), advantages from `proofpool.core.rl.advantages.group_advantages` over the recomputed rewards, and
 work units are the completion tokens. The trainer learns from the prompt, the completion and the
 advantage, so the checks also tie each row's prompt to its problem id and each group to one
 problem: otherwise a correct answer could be filed under another problem, or groups mixed, to
@@ -14,12 +14,12 @@ from collections.abc import Sequence
 from typing import Final
 
 import numpy as np
+from proofpool.validator.checks.facts import SubmissionFacts
+from proofpool.validator.checks.verdict import Verdict, quote, reject
 
-from proofpool.rl.advantages import group_advantages
-from proofpool.rollout import RolloutSample
+from proofpool.core.rl.advantages import group_advantages
+from proofpool.core.rollout import RolloutSample
 from proofpool.tasks.arithmetic import InvalidProblemId, Problem, problem_from_id, reward
-from validator.checks.facts import SubmissionFacts
-from validator.checks.verdict import Verdict, quote, reject
 
 ADVANTAGE_TOLERANCE: Final = 1e-5
 """Absolute, in reward units. `group_advantages` is deterministic in float32, so an honest file

@@ -1,7 +1,7 @@
 """The outcome of checking one submission: accepted, or rejected with a reason code and evidence.
 
 A verdict is what the validator records in Postgres and, when it rejects, sends on-chain: the
-reason code travels as a right-padded bytes32 (`proofpool.chain.bindings.reason_code`), so it is
+reason code travels as a right-padded bytes32 (`proofpool.infra.chain.bindings.reason_code`), so it is
 checked here to be short ASCII snake_case at construction, where a typo is a bug in this package
 and not a failed transaction later. The evidence is stored next to the verdict for auditors and
 for the provider's dispute: the facts that made the decision, never the file itself.
@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+from proofpool.core.rollout.schema import RolloutFileReason
 from proofpool.inference.check import SampleReason
-from proofpool.rollout.schema import RolloutFileReason
 
 CheckReason = Literal[
     "missing",

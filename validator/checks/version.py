@@ -13,8 +13,8 @@ node. Both times are chain timestamps, so anyone re-deriving the verdict gets th
 
 from __future__ import annotations
 
-from validator.checks.facts import PoolRules, SubmissionFacts
-from validator.checks.verdict import Verdict, reject
+from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.verdict import Verdict, reject
 
 
 def check_version(sub: SubmissionFacts, rules: PoolRules, rows: int = 0) -> Verdict | None:

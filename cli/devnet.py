@@ -1,0 +1,93 @@
+"""`proofpool devnet`: the embedded devnet market (`make demo`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+from proofpool.infra.config import get_settings
+
+app = typer.Typer(no_args_is_help=False, invoke_without_command=True)
+
+CHEATS = ("other-model", "edit-tokens", "stale-version", "replay", "none")
+
+
+@app.callback()
+def devnet(ctx: typer.Context) -> None:
+    """The embedded devnet: `proofpool devnet` alone runs the whole market (`devnet run`)."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(run)
+
+
+@app.command()
+def run(
+    steps: Annotated[int, typer.Option(min=1, help="Trainer steps (checkpoints published) before the run ends.")] = 10,
+    cheat: Annotated[
+        str,
+        typer.Option(
+            help=f"How the fourth worker cheats: {', '.join(CHEATS)} (none: four honest workers).",
+        ),
+    ] = "other-model",
+    samples_per_step: Annotated[int, typer.Option(min=1, help="Accepted samples per trainer step.")] = 256,
+    out_dir: Annotated[
+        Path | None,
+        typer.Option(help="Logs, state, report.json and reward.png (wiped first). Default: $PROOFPOOL_STATE_DIR/run."),
+    ] = None,
+    database: Annotated[str, typer.Option(help="Database created afresh for the run (dropped first).")] = (
+        "proofpool_devnet"
+    ),
+    redis_db: Annotated[int, typer.Option(min=0, max=15, help="Redis database flushed and used by the run.")] = 14,
+    step_timeout: Annotated[
+        float, typer.Option(min=10, help="Seconds the trainer may wait for one step's accepted rollouts.")
+    ] = 900.0,
+    verdict_timeout: Annotated[
+        float, typer.Option(min=10, help="Seconds, after the workers stop, for every submission to get its verdict.")
+    ] = 300.0,
+    verify_ledger: Annotated[
+        bool, typer.Option(help="Rebuild the ledger from chain events at the end and diff it with PostgreSQL.")
+    ] = True,
+) -> None:
+    """Run the whole market and the RL loop for N steps, with a live view and a final report.
+
+    Starts anvil (contracts deployed, a pool created and funded), SeaweedFS, a fresh database,
+    the backend, the indexer, two validators, the trainer and four workers (three honest, one
+    cheater). Ends with the reward curve, a ledger table per provider and per validator, and
+    exits 1 unless the cheater was slashed and ejected and no honest node was. Every process
+    it started is stopped on the way out, also on Ctrl-C (then the exit code is 130).
+    """
+    from proofpool.devnet.run import DevnetConfig, run_devnet, verify_ledger_of
+
+    if cheat not in CHEATS:
+        raise typer.BadParameter(f"--cheat must be one of {', '.join(CHEATS)}, not {cheat!r}")
+    config = DevnetConfig(
+        out_dir=(out_dir or get_settings().state_dir / "run").expanduser().resolve(),
+        steps=steps,
+        cheat=None if cheat == "none" else cheat,
+        samples_per_step=samples_per_step,
+        database=database,
+        redis_db=redis_db,
+        step_timeout=step_timeout,
+        verdict_timeout=verdict_timeout,
+    )
+    console = Console()
+    console = console if console.is_terminal else Console(width=140)
+    try:
+        outcome = run_devnet(config, console, verify=verify_ledger_of if verify_ledger else None)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM, wherever it landed: never a finished run's 0 or 1
+        console.print("[yellow]interrupted[/yellow]: every process the devnet started was stopped")
+        raise typer.Exit(130) from None
+    raise typer.Exit(0 if outcome.ok else 1)
+
+
+@app.command("chain-loop")
+def chain_loop(
+    rpc_url: str = typer.Option(None, help="Use this chain instead of starting a throw-away anvil."),
+) -> None:
+    """Run the chain half of the market loop on anvil and print balances and events."""
+    from proofpool.devnet.chain_loop import main
+
+    console = Console()
+    main(console if console.is_terminal else Console(width=140), rpc_url)

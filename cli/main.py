@@ -1,0 +1,97 @@
+"""The `proofpool` command: one typer group per audience, mounted here.
+
+Commands parse, call the library and render. Every `ProofpoolError` becomes a one-line
+message and exit code 1 (`--verbose` keeps the traceback); anything else is a bug.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from proofpool.core.errors import ProofpoolError
+
+app = typer.Typer(
+    name="proofpool",
+    help="Blockchain-anchored compute marketplace for decentralized RL: chain, pools, providers, "
+    "workers, validators, trainer and ledger.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+# (group name, module under proofpool.cli, help) - modules import heavy libraries lazily.
+GROUPS: tuple[tuple[str, str, str], ...] = (
+    ("chain", "chain", "Run the local devnet chain (anvil)."),
+    ("contracts", "contracts", "Compile and deploy the proofpool contracts."),
+    ("keys", "keys", "Create and inspect keys."),
+    ("provider", "provider", "Compute providers: register, stake, add nodes, unbond, withdraw."),
+    ("pool", "pool", "Pool creators and managers: create, fund, start, invite, publish checkpoints."),
+    ("worker", "worker", "Provider nodes: run the worker agent for a pool, inspect its journal."),
+    ("validator", "validator", "Validators: run the Celery validator on a key, show verdicts and earnings."),
+    ("trainer", "trainer", "Pool creators: GRPO on accepted rollouts, publishing each step as a checkpoint."),
+    ("model", "model", "Build and warm up the local devnet model."),
+    ("db", "db", "Operators: create and migrate the PostgreSQL schema."),
+    ("indexer", "indexer", "Operators: follow the chain into PostgreSQL and dispatch validations."),
+    ("backend", "backend", "Operators: run the HTTP backend (discovery, orchestrator, uploads, ledger)."),
+    ("storage", "storage", "Operators: run the devnet S3 object store (SeaweedFS)."),
+    ("relay", "relay", "Operators: relay checkpoints to workers and validators, mirrored from S3 or a relay."),
+    ("ledger", "ledger", "Auditors: query the contribution ledger."),
+    ("devnet", "devnet", "Run the embedded devnet market end to end."),
+)
+
+_state = {"verbose": False}
+
+
+@app.callback()
+def main(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs."),
+) -> None:
+    """proofpool command line."""
+    _state["verbose"] = verbose
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s %(message)s",
+    )
+
+
+def _mount() -> None:
+    for name, module, help_text in GROUPS:
+        app.add_typer(importlib.import_module(f"proofpool.cli.{module}").app, name=name, help=help_text)
+
+
+_mount()
+
+
+def run() -> None:
+    """Console-script entry point."""
+    try:
+        # Without standalone mode a command's `typer.Exit(code)` (and Ctrl-C's 130) is returned,
+        # not raised: pass it on, or `ledger verify`'s 1/2 and `devnet run`'s 1 would exit 0.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and not isinstance(code, bool) and code != 0:
+            sys.exit(code)
+    except ProofpoolError as exc:
+        if _state["verbose"]:
+            raise
+        Console(stderr=True).print(f"[red]error:[/red] {escape(str(exc))}")  # messages may hold [brackets]
+        sys.exit(1)
+    except typer.Abort:
+        Console(stderr=True).print("aborted")
+        sys.exit(130)
+    except Exception as exc:  # usage errors carry their own exit code
+        # Typer vendors click (typer._click), so its exceptions are not `click`'s: match the shape.
+        if callable(getattr(exc, "show", None)) and isinstance(getattr(exc, "exit_code", None), int):
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        if type(exc).__name__ == "Exit" and isinstance(getattr(exc, "exit_code", None), int):
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        raise
+
+
+if __name__ == "__main__":
+    run()

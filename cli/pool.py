@@ -1,0 +1,287 @@
+"""`proofpool pool`: what a pool creator and its manager do on-chain."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+
+import typer
+from proofpool.cli.common import (
+    JsonOption,
+    KeyOption,
+    RpcOption,
+    console,
+    print_json,
+    reader_client,
+    report_tx,
+    signer_client,
+)
+
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.accounts import load_account
+from proofpool.infra.chain.bindings import PoolParams
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.signing import sign_invite
+from proofpool.infra.chain.units import format_pool, parse_pool
+
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command()
+def create(
+    manager: str = typer.Option(None, help="Manager address (signs invites, publishes checkpoints). Default: you."),
+    treasury: str = typer.Option(None, help="Receives the treasury share of slashed stake. Default: you."),
+    model_uri: str = typer.Option("devnet://tiny-llama/arithmetic-add-100", help="Model / task set URI."),
+    reward_per_unit: str = typer.Option("0.01", help="POOL paid per finalized work unit (token)."),
+    validator_fee: str = typer.Option("0.5", help="POOL paid to the attesting validator per submission."),
+    slash_amount: str = typer.Option("50", help="POOL slashed per invalid submission."),
+    dispute_window: int = typer.Option(3600, min=1, help="Seconds after attestation before work finalizes."),
+    validator_share_bps: int = typer.Option(5000, min=0, max=10000, help="Validator share of slashes (bps)."),
+    challenge_window: int = typer.Option(
+        0,
+        min=0,
+        help="Seconds a rejection waits, contestable by other validators, before it slashes (0: at once). "
+        "dispute window + challenge window must stay under the unbonding period.",
+    ),
+    contest_quorum: int = typer.Option(
+        1, min=1, max=32, help="Contests by other validators that overturn a rejection (with a challenge window)."
+    ),
+    fund: str = typer.Option(None, help="Also fund the budget with this many POOL."),
+    start: bool = typer.Option(False, "--start", help="Also start the pool."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Create a pool (you become its creator); optionally fund and start it."""
+    client = signer_client(key, rpc_url)
+    params = PoolParams(
+        manager=manager or client.address,
+        treasury=treasury or client.address,
+        model_uri=model_uri,
+        reward_per_unit=parse_pool(reward_per_unit),
+        validator_fee=parse_pool(validator_fee),
+        slash_amount=parse_pool(slash_amount),
+        dispute_window=dispute_window,
+        validator_slash_share_bps=validator_share_bps,
+        challenge_window=challenge_window,
+        contest_quorum=contest_quorum,
+    )
+    pool_id, receipt = client.pool.create_pool(params)
+    report_tx(client, f"created pool {pool_id}", receipt)
+    if fund:
+        _fund(client, pool_id, fund)
+    if start:
+        report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
+
+
+def _fund(client: ChainClient, pool_id: int, amount: str) -> None:
+    units = parse_pool(amount)
+    approval = client.token.ensure_allowance(client.pool.address, units)
+    if approval is not None:
+        report_tx(client, "approved the ComputePool", approval)
+    report_tx(client, f"funded pool {pool_id} with {amount} POOL", client.pool.fund_pool(pool_id, units))
+
+
+@app.command()
+def fund(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    amount: str = typer.Argument(..., help="POOL tokens to add to the reward budget."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Add tokens to a pool's reward budget (anyone may)."""
+    _fund(signer_client(key, rpc_url), pool_id, amount)
+
+
+@app.command()
+def start(
+    pool_id: int = typer.Argument(..., help="Pool id."), key: KeyOption = None, rpc_url: RpcOption = None
+) -> None:
+    """Open a pool for joins and submissions (creator or manager)."""
+    client = signer_client(key, rpc_url)
+    report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
+
+
+@app.command()
+def close(
+    pool_id: int = typer.Argument(..., help="Pool id."), key: KeyOption = None, rpc_url: RpcOption = None
+) -> None:
+    """Close a pool (creator or manager): no more joins or submissions. Validators judge the work
+    submitted before during the wind-up (one dispute window); then `pool refund` returns the budget
+    no attested work needs, and unjudged work can be expired."""
+    client = signer_client(key, rpc_url)
+    report_tx(client, f"closed pool {pool_id}", client.pool.close_pool(pool_id))
+    _, ends_at = client.pool.budget_reserved(pool_id)
+    console.print(f"wind-up until unix time {ends_at}: `proofpool pool refund {pool_id}` after that")
+
+
+@app.command()
+def invite(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    node: str = typer.Argument(..., help="Address of the node to invite."),
+    expires_in: int = typer.Option(3600, min=1, help="Seconds the invite stays valid."),
+    nonce: int = typer.Option(None, help="Invite nonce (default: current time in ns, unique enough)."),
+    out: Path = typer.Option(None, help="Write the invite JSON here (default: print it)."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Sign a single-use, expiring invite for NODE with the manager key (no transaction)."""
+    client = reader_client(rpc_url)
+    manager = load_account(key)
+    pool = client.pool.get_pool(pool_id)
+    if pool.manager.lower() != manager.address.lower():
+        raise ProofpoolError(f"pool {pool_id} is managed by {pool.manager}, not by {manager.address}")
+    signed = sign_invite(
+        manager,
+        pool_id,
+        node,
+        nonce if nonce is not None else time.time_ns(),
+        int(time.time()) + expires_in,
+        client.chain_id,
+        client.pool.address,
+    )
+    data = asdict(signed)
+    if out:
+        out.write_text(json.dumps({**data, "signature": "0x" + signed.signature.hex()}, indent=2))
+        console.print(f"invite for {node} to pool {pool_id} written to {out}")
+    else:
+        print_json(data)
+
+
+@app.command("publish-checkpoint")
+def publish_checkpoint(
+    model_dir: Path = typer.Argument(
+        ..., exists=True, file_okay=False, help="Model directory: config.json, safetensors weights, tokenizer files."
+    ),
+    pool_id: int = typer.Option(..., "--pool", min=1, help="Pool id."),
+    version: int = typer.Option(..., "--version", min=0, help="Checkpoint version (strictly increasing)."),
+    shard_mb: int = typer.Option(50, "--shard-mb", min=1, help="Largest weight shard, in MB (10^6 bytes)."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Shard MODEL_DIR, upload it to the object store and anchor its manifest on-chain (manager key).
+
+    Workers and validators load a checkpoint only when its manifest hash is the one published here.
+    """
+    from proofpool.infra.checkpoint import publish_checkpoint as publish
+    from proofpool.infra.storage import ObjectStore
+
+    client = signer_client(key, rpc_url)
+    published = publish(client, ObjectStore.from_settings(), pool_id, version, model_dir, shard_mb * 1_000_000)
+    manifest = published.manifest
+    console.print(f"uploaded {len(manifest.files)} files ({manifest.total_size:,} bytes) to {published.uri}")
+    console.print(f"manifest sha256 0x{published.manifest_sha256.hex()}")
+    report_tx(client, f"published checkpoint {version} of pool {pool_id}", published.receipt)
+
+
+@app.command("anchor-checkpoint")
+def anchor_checkpoint(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    version: int = typer.Argument(..., help="Checkpoint version (strictly increasing)."),
+    manifest_sha256: str = typer.Argument(..., help="sha256 of the checkpoint manifest (hex)."),
+    uri: str = typer.Argument(..., help="Where the checkpoint is stored (s3://bucket/prefix/)."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Anchor a manifest hash computed elsewhere (manager only); `publish-checkpoint` does it all."""
+    try:
+        digest = bytes.fromhex(manifest_sha256.removeprefix("0x"))
+    except ValueError as exc:
+        raise ProofpoolError("manifest sha256 must be 32 bytes of hex") from exc
+    if len(digest) != 32:
+        raise ProofpoolError("manifest sha256 must be 32 bytes of hex")
+    client = signer_client(key, rpc_url)
+    receipt = client.pool.publish_checkpoint(pool_id, version, digest, uri)
+    report_tx(client, f"published checkpoint {version} of pool {pool_id}", receipt)
+
+
+@app.command()
+def checkpoint(
+    pool_id: int = typer.Option(..., "--pool", min=1, help="Pool id."),
+    version: int = typer.Option(None, "--version", min=0, help="Checkpoint version. Default: the latest."),
+    rpc_url: RpcOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Version, manifest sha256 and URI of a pool's checkpoint as published on-chain."""
+    from proofpool.infra.checkpoint import onchain_checkpoint
+
+    client = reader_client(rpc_url)
+    _require_pool(client, pool_id)
+    anchored = onchain_checkpoint(client, pool_id, version)
+    if anchored is None:
+        which = "any checkpoint" if version is None else f"checkpoint {version}"
+        raise ProofpoolError(f"pool {pool_id} has not published {which} on chain {client.chain_id}")
+    data = asdict(anchored)
+    if as_json:
+        print_json(data)
+        return
+    published = datetime.fromtimestamp(anchored.published_at, UTC).isoformat(timespec="seconds")
+    console.print(f"{'pool_id':16} {anchored.pool_id}")
+    console.print(f"{'version':16} {anchored.version}")
+    console.print(f"{'manifest_sha256':16} 0x{anchored.manifest_sha256.hex()}")
+    console.print(f"{'uri':16} {anchored.uri}")
+    console.print(f"{'published_at':16} {published}")
+    if anchored.tx_hash is not None:
+        console.print(f"{'tx':16} 0x{anchored.tx_hash.hex()} in block {anchored.block_number}")
+
+
+@app.command()
+def refund(
+    pool_id: int = typer.Argument(..., help="A closed pool."),
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+) -> None:
+    """Refund to the creator the budget no attested work needs (creator or manager; the pool must be
+    closed and its wind-up, one dispute window after closing, over)."""
+    client = signer_client(key, rpc_url)
+    _require_pool(client, pool_id)
+    reserved, ends_at = client.pool.budget_reserved(pool_id)
+    if ends_at == 0:
+        raise ProofpoolError(f"pool {pool_id} is not closed: `proofpool pool close {pool_id}` first")
+    now = client.w3.eth.get_block("latest")["timestamp"]
+    if now < ends_at:
+        raise ProofpoolError(
+            f"pool {pool_id} winds up until unix time {ends_at} ({ends_at - now} s): validators may still "
+            "attest the work submitted before it closed"
+        )
+    budget = client.pool.get_pool(pool_id).budget
+    receipt = client.pool.refund_budget(pool_id)
+    report_tx(client, f"refunded {format_pool(budget - reserved)} POOL of pool {pool_id} to its creator", receipt)
+
+
+@app.command()
+def status(
+    pool_id: int = typer.Argument(..., help="Pool id."),
+    rpc_url: RpcOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Parameters, budget and latest checkpoint of a pool."""
+    client = reader_client(rpc_url)
+    _require_pool(client, pool_id)
+    pool = client.pool.get_pool(pool_id)
+    checkpoint = client.pool.latest_checkpoint(pool_id)
+    rules = client.pool.challenge_rules(pool_id)
+    data = {**asdict(pool), **asdict(rules), "status": pool.status.name, "latest_checkpoint": asdict(checkpoint)}
+    if as_json:
+        print_json(data)
+        return
+    names = ("pool_id", "status", "creator", "manager", "treasury", "model_uri", "dispute_window")
+    for name in (*names, "challenge_window", "contest_quorum"):
+        console.print(f"{name:24} {data[name]}")
+    for name in ("reward_per_unit", "validator_fee", "slash_amount", "budget"):
+        console.print(f"{name:24} {format_pool(data[name])} POOL")
+    console.print(f"{'validator_slash_share':24} {pool.validator_slash_share_bps / 100:.2f} %")
+    if checkpoint.published_at:
+        console.print(
+            f"{'latest_checkpoint':24} v{checkpoint.version} 0x{checkpoint.manifest_sha256.hex()} {checkpoint.uri}"
+        )
+    else:
+        console.print(f"{'latest_checkpoint':24} none")
+
+
+def _require_pool(client: ChainClient, pool_id: int) -> None:
+    """A one-line error for a pool id the chain does not have."""
+    if not 1 <= pool_id <= client.pool.pool_count():
+        raise ProofpoolError(f"no pool {pool_id} on chain {client.chain_id}")

@@ -1,0 +1,122 @@
+"""`proofpool trainer`: train a pool's model with GRPO on accepted rollouts and publish checkpoints.
+
+Runs as the pool's MANAGER key (only the manager may `publishCheckpoint`). One process by
+default; under `torchrun --nproc-per-node N -m proofpool.cli.main trainer run ...` the model is
+sharded with FSDP over N processes (gloo), rank 0 alone talking to the chain, ledger and store.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from proofpool.cli.common import KeyOption, RpcOption, console
+from proofpool.cli.logs import enable_progress_logs
+
+from proofpool.infra.config import get_settings
+
+app = typer.Typer(no_args_is_help=True)
+
+COLLECTIVE_MARGIN = timedelta(hours=1)
+"""Added to `--wait-timeout` for the process group's timeout under torchrun: ranks > 0 wait in a
+collective while rank 0 gathers rollouts, then while it publishes (upload and transaction)."""
+
+
+@app.command()
+def run(
+    pool: Annotated[int, typer.Option("--pool", min=1, help="The pool whose model to train.")],
+    key: KeyOption = None,
+    rpc_url: RpcOption = None,
+    backend_url: Annotated[str | None, typer.Option(help="Ledger API. Default: $PROOFPOOL_BACKEND_URL.")] = None,
+    steps: Annotated[int, typer.Option(min=1, help="Steps to run now (the counter continues across runs).")] = 20,
+    samples_per_step: Annotated[int, typer.Option(min=1, help="Rows gathered before each step.")] = 256,
+    async_level: Annotated[
+        int, typer.Option(min=0, help="k: train on files of versions >= step - k; keep k + 1 versions.")
+    ] = 2,
+    wait_timeout: Annotated[float, typer.Option(min=1, help="Seconds to wait for enough rollouts.")] = 600.0,
+    shard_mb: Annotated[float, typer.Option(min=0.001, help="Shard size of published checkpoints (MB).")] = 50.0,
+    state_dir: Annotated[
+        Path | None, typer.Option(help="Resumable state. Default: $PROOFPOOL_STATE_DIR/trainer/<pool>.")
+    ] = None,
+    out_dir: Annotated[
+        Path | None, typer.Option(help="metrics.csv and reward.png. Default: the state directory.")
+    ] = None,
+    base_model: Annotated[
+        Path | None, typer.Option(help="Local directory of the pool's version-0 model (non-devnet pools).")
+    ] = None,
+    lr: Annotated[float | None, typer.Option(help="AdamW learning rate (default 2e-4).")] = None,
+) -> None:
+    """Gather accepted rollouts, take GRPO steps, publish each result as the next checkpoint.
+
+    Waits (with a log line saying for what) until enough accepted samples of recent model versions
+    are in the ledger; Ctrl-C/SIGTERM stops after the current step's checkpoint is published.
+    Under `torchrun --nproc-per-node N -m proofpool.cli.main trainer run ...` the step is sharded
+    over N processes (FSDP, gloo); rank 0 alone gathers, publishes and saves.
+    """
+    from proofpool.trainer.config import GrpoConfig
+    from proofpool.trainer.train import TrainerConfig, abort_followers, follow_trainer, run_trainer
+    from proofpool.trainer.world import close_world, init_world
+
+    from proofpool.infra.chain.accounts import KEY_ENV, load_account
+    from proofpool.infra.chain.client import ChainClient
+    from proofpool.infra.http.ledger_client import LedgerClient
+    from proofpool.infra.offdevnet import check_off_devnet
+    from proofpool.infra.storage.s3 import ObjectStore
+
+    settings = get_settings()
+    state = (state_dir or settings.state_dir / "trainer" / str(pool)).expanduser()
+    config = TrainerConfig(
+        pool_id=pool,
+        steps=steps,
+        samples_per_step=samples_per_step,
+        async_level=async_level,
+        wait_timeout=wait_timeout,
+        shard_size=int(shard_mb * 1_000_000),
+        state_dir=state,
+        out_dir=(out_dir or state).expanduser(),
+        checkpoint_cache_dir=settings.checkpoint_cache_dir.expanduser(),
+        relays=settings.checkpoint_relays,
+        base_model=base_model,
+        grpo=GrpoConfig() if lr is None else GrpoConfig(lr=lr),
+    )
+    stop = threading.Event()
+    world = init_world(timeout=timedelta(seconds=wait_timeout) + COLLECTIVE_MARGIN)  # one process without torchrun
+
+    def request_stop(signum: int, _frame: object) -> None:
+        if world.main:  # the other ranks stop when rank 0 tells them to
+            console.print(f"[yellow]{signal.Signals(signum).name}: stopping after this step[/yellow]")
+        stop.set()
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    finished = False
+    try:
+        if not world.main:
+            follow_trainer(config, world)
+        else:
+            enable_progress_logs("trainer", "proofpool.infra.checkpoint")
+            try:
+                client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
+                check_off_devnet(settings, client.chain_id, [key or os.environ.get(KEY_ENV)])
+            except BaseException as exc:
+                abort_followers(world, exc)  # they wait for rank 0's first command
+                raise
+            with LedgerClient(backend_url or settings.backend_url) as ledger:
+                last = run_trainer(
+                    config,
+                    client,
+                    ObjectStore.from_settings(settings),
+                    ledger,
+                    stop=stop,
+                    say=console.print,
+                    world=world,
+                )
+            console.print(f"trainer stopped at checkpoint {last}; metrics in {config.out_dir / 'metrics.csv'}")
+        finished = True
+    finally:
+        close_world(world, finished=finished)

@@ -1,0 +1,393 @@
+"""`proofpool devnet run`: the whole market on one machine, running the RL loop for N steps.
+
+Started here, each as its own process talking over real connections: anvil with the contracts
+and a funded pool, SeaweedFS, the backend and the indexer on a fresh database, two validators
+(Celery worker processes with their own keys), the trainer (the pool manager's key) and four
+workers: three honest and one cheater. The run ends when the trainer has published N checkpoints;
+then the workers stop, every submission gets its verdict, the dispute window is closed (anvil time
+travel) and accepted work finalized, the ledger is verified against the chain, and a report says
+whether the market did its job: the cheater slashed and ejected, no honest node touched.
+
+Every process started is stopped on the way out, also on Ctrl-C or SIGTERM, and an interrupted
+run exits 130 whatever phase the signal lands in (`proofpool.devnet.interrupt`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis
+from proofpool.devnet.adversary import CheatMode, other_model
+from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
+from proofpool.devnet.market import NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node, time_travel
+from proofpool.devnet.progress import Snapshot, live_table, read_snapshot, status_line
+from proofpool.devnet.report import Outcome, judge_market, provider_table, reward_curve, validator_table, write_json
+from proofpool.devnet.services import Service, ServiceFailed, stop_all
+from proofpool.devnet.stack import DevnetStack, start_stack
+from rich.console import Console
+from rich.live import Live
+
+from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.infra import db
+from proofpool.infra.chain.anvil import free_port
+from proofpool.infra.chain.deploy import grant_validator
+from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.units import TOKEN
+from proofpool.infra.config import get_settings
+from proofpool.infra.storage import rollout_key
+from proofpool.infra.storage.s3 import ObjectStore
+from proofpool.infra.storage.seaweed import start_seaweed
+from proofpool.model.cache import ensure_devnet_model
+
+POOL_BUDGET = 5_000 * TOKEN
+"""Enough for a long demo: about 3 POOL per accepted file (work units plus the validator's fee)."""
+FINALIZE_BATCH = 100
+
+
+@dataclass(frozen=True)
+class DevnetConfig:
+    """What `proofpool devnet run` runs."""
+
+    out_dir: Path
+    steps: int = 10
+    cheat: str | None = "other-model"
+    """The fourth worker's cheat (`proofpool worker run --cheat`); None: four honest workers."""
+    samples_per_step: int = 256
+    database: str = "proofpool_devnet"
+    redis_db: int = 14
+    step_timeout: float = 900.0
+    """Seconds the trainer waits for one step's accepted rollouts before the run fails."""
+    verdict_timeout: float = 300.0
+    """Seconds, after the workers stop, for every submission to get its verdict."""
+    refresh: float = 2.0
+
+
+@dataclass
+class DevnetRun:
+    """The running market and the processes of the loop."""
+
+    config: DevnetConfig
+    stack: DevnetStack
+    workers: dict[str, Service] = field(default_factory=dict)
+    """Provider name -> its node's worker."""
+    validators: dict[str, Service] = field(default_factory=dict)
+    trainer: Service | None = None
+    cheater: str | None = None
+    """Name of the provider whose node cheats."""
+    metrics_ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def processes(self) -> list[Service]:
+        return [*self.workers.values(), *self.validators.values(), *([self.trainer] if self.trainer else [])]
+
+    def service(self, name: str) -> Service:
+        """A running service by its name (indexer, backend, validator, worker-alice, ...)."""
+        return next(s for s in self.stack.services if s.name == name)
+
+    def restart(self, name: str) -> Service:
+        """Start service `name` again (after a stop or a SIGKILL), with the same command."""
+        old = self.service(name)
+        new = self.stack.restart(old)
+        for group in (self.workers, self.validators):
+            for key, value in group.items():
+                if value is old:
+                    group[key] = new
+        if self.trainer is old:
+            self.trainer = new
+        return new
+
+
+Say = Callable[[str], None]
+Show = Callable[[DevnetRun, Snapshot], None]
+
+
+def check_services() -> None:
+    """PostgreSQL and Redis must answer; say how to start them if not."""
+    settings = get_settings()
+    db.connect_maintenance(settings.database_url).close()  # its error says how to start PostgreSQL
+    client = redis.Redis.from_url(settings.redis_url, socket_connect_timeout=3)
+    try:
+        client.ping()
+    except (redis.RedisError, OSError) as exc:
+        raise ServiceUnavailable(
+            f"Redis is not reachable at {settings.redis_url} ({exc}).\nThe devnet needs Redis: start it "
+            "(e.g. `sudo service redis-server start`, `redis-server --daemonize yes`) or set REDIS_URL."
+        ) from exc
+    finally:
+        client.close()
+
+
+@contextmanager
+def market(config: DevnetConfig, say: Say) -> Iterator[tuple[DevnetStack, ObjectStore]]:
+    """A fresh database, a flushed Redis db, SeaweedFS and the stack (anvil, indexer, backend)."""
+    settings = get_settings()
+    root = config.out_dir
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    url = db.with_database(settings.database_url, config.database)
+    db.drop_database(url)
+    db.ensure_database(url)
+    say(f"database {config.database}: created, migrating")
+    db.upgrade(url)
+    redis_url = settings.redis_url.rsplit("/", 1)[0] + f"/{config.redis_db}"
+    redis.Redis.from_url(redis_url).flushdb()
+    say("starting SeaweedFS (S3 on loopback)")
+    with contextlib.ExitStack() as cleanup:
+        # Started and its stop registered as one step: a Ctrl-C in between would leave `weed` running.
+        with deferred_interrupts():
+            s3 = start_seaweed(root / "s3", access_key="devnet", secret_key="devnet-secret", bucket="proofpool")
+            cleanup.callback(_stop_deferred, s3.stop)
+        with deferred_interrupts():  # the same for the stack (its start takes seconds, each step timed)
+            stack = start_stack(
+                root / "stack",
+                database_url=url,
+                redis_url=redis_url,
+                s3_env=s3.env(),
+                extra_env={"PROOFPOOL_STATE_DIR": str(root / "state")},
+                dispatch=True,
+                budget=POOL_BUDGET,
+                say=say,
+            )
+            cleanup.callback(stack.close)
+        yield stack, ObjectStore.from_settings(s3.settings(settings))
+
+
+def _stop_deferred(stop: Callable[[], None]) -> None:
+    with deferred_interrupts():
+        stop()
+
+
+def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
+    """Onboard the providers, start the validators, the trainer and the workers."""
+    run = DevnetRun(config, stack)
+    cast, root, pool = stack.cast, config.out_dir, stack.pool_id
+    admin = stack.admin
+    for _name, provider, _node in cast.providers():
+        if admin.token.balance_of(provider.address) < PROVIDER_STAKE:
+            admin.token.mint(provider.address, 10_000 * TOKEN)
+    for name, validator in cast.validators():
+        if not admin.pool.has_role("VALIDATOR_ROLE", validator.address):
+            grant_validator(admin.w3, TxSender(admin.w3, cast.admin), admin.book, validator.address)
+        port = free_port()
+        run.metrics_ports[name] = port
+        run.validators[name] = stack.spawn(
+            name,
+            ["validator", "run", "--concurrency", "1", "--metrics-port", str(port), "--loglevel", "WARNING"],
+            {
+                "PROOFPOOL_PRIVATE_KEY": validator.key.hex(),
+                # A validator killed mid-task holds its claim this long before another takes over.
+                "PROOFPOOL_VALIDATOR_LEASE": "60",
+                "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name),
+            },
+        )
+    say(f"validators {', '.join(run.validators)} started (Celery worker processes)")
+    run.trainer = stack.spawn(
+        "trainer",
+        [
+            *("trainer", "run", "--pool", str(pool), "--steps", str(config.steps)),
+            *("--samples-per-step", str(config.samples_per_step), "--wait-timeout", str(config.step_timeout)),
+            *("--state-dir", str(root / "trainer"), "--out-dir", str(root)),
+        ],
+        {
+            "PROOFPOOL_PRIVATE_KEY": cast.manager.key.hex(),
+            "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / "trainer"),
+        },
+    )
+    say(f"trainer started: {config.steps} steps of >= {config.samples_per_step} accepted samples")
+    providers = cast.providers()
+    run.cheater = providers[-1][0] if config.cheat else None
+    for name, provider, node in providers:
+        onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS, pools=(pool,))
+        args = [
+            *("worker", "run", "--pool", str(pool), "--state-dir", str(root / "workers" / name)),
+            *("--idle-interval", "1"),
+        ]
+        if name == run.cheater:
+            args += ["--cheat", str(config.cheat)]
+        run.workers[name] = stack.spawn(
+            f"worker-{name}",
+            args,
+            {"PROOFPOOL_NODE_KEY": node.key.hex(), "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name)},
+        )
+    honest = [name for name in run.workers if name != run.cheater]
+    cheating = f", {run.cheater}'s node cheats ({config.cheat})" if run.cheater else ""
+    say(f"workers started: {', '.join(honest)} honest{cheating}")
+    return run
+
+
+def follow(run: DevnetRun, show: Show, during: Show | None = None) -> Snapshot:
+    """Refresh the view until the trainer finishes; a process that dies on its own ends the run.
+
+    `during` is called after every refresh (the fault drills kill and restart services there);
+    while the backend is down the view keeps its last snapshot."""
+    stack = run.stack
+    snapshot = read_snapshot(stack, run)
+    while True:
+        check_interrupted()
+        if during is not None:
+            during(run, snapshot)
+        assert run.trainer is not None
+        if not run.trainer.alive:
+            code = run.trainer.process.returncode
+            if code != 0:
+                raise ServiceFailed(f"the trainer exited with code {code}:\n{run.trainer.log_tail()}")
+            return read_snapshot(stack, run)
+        for service in run.processes:
+            if not service.alive and service is not run.trainer:
+                name = service.name.removeprefix("worker-")
+                if name in run.workers and name == run.cheater:
+                    continue  # a slashed cheater's worker gives up: that is the point
+                raise ServiceFailed(
+                    f"{service.name} exited ({service.process.returncode}) during the run:\n{service.log_tail()}"
+                )
+        show(run, snapshot)
+        time.sleep(run.config.refresh)
+        with contextlib.suppress(ServiceUnavailable):  # the backend restarts (a drill): keep the last view
+            snapshot = read_snapshot(stack, run)
+
+
+def settle(run: DevnetRun, say: Say) -> Snapshot:
+    """Stop the workers, wait for every verdict, stop the validators, close the dispute window
+    and finalize the accepted work; returns the settled state."""
+    stack = run.stack
+    say("trainer done: stopping the workers (each finishes or journals its batch)")
+    with deferred_interrupts():
+        stop_all(list(run.workers.values()), timeout=40)
+    deadline = time.monotonic() + run.config.verdict_timeout
+    snapshot = read_snapshot(stack, run)
+    while snapshot.pending:
+        check_interrupted()
+        if time.monotonic() > deadline:
+            raise ProofpoolError(
+                f"{snapshot.pending} submission(s) still without a verdict after {run.config.verdict_timeout:.0f} s"
+            )
+        say(f"waiting for {snapshot.pending} verdict(s)")
+        time.sleep(3)
+        snapshot = read_snapshot(stack, run)
+    with deferred_interrupts():
+        stop_all(list(run.validators.values()), timeout=30)
+    accepted = snapshot.accepted_keys
+    window = stack.admin.pool.get_pool(stack.pool_id).dispute_window
+    say(f"every submission judged; closing the {window} s dispute window and finalizing {len(accepted)} file(s)")
+    time_travel(stack.admin, window + 1)
+    for start in range(0, len(accepted), FINALIZE_BATCH):
+        stack.admin.pool.finalize_work(stack.pool_id, accepted[start : start + FINALIZE_BATCH])
+    deadline = time.monotonic() + 60
+    while snapshot.accepted_keys:
+        check_interrupted()
+        if time.monotonic() > deadline:
+            raise ProofpoolError("the indexer did not record the finalizations within 60 s")
+        time.sleep(1)
+        snapshot = read_snapshot(stack, run)
+    return snapshot
+
+
+def run_devnet(
+    config: DevnetConfig, console: Console, verify: Verify | None = None, during: Show | None = None
+) -> Outcome:
+    """Run the whole devnet and report; the caller exits non-zero unless `outcome.ok`.
+
+    Ctrl-C or SIGTERM at any point stops every process started and raises KeyboardInterrupt
+    (exit 130), also when the signal lands where Python would drop it (see `catch_interrupts`).
+    `during(run, snapshot)` is called while the loop runs (fault drills)."""
+    with catch_interrupts():
+        return _run_devnet(config, console, verify, during)
+
+
+def _run_devnet(config: DevnetConfig, console: Console, verify: Verify | None, during: Show | None) -> Outcome:
+    check_services()
+    say = _sayer(console)
+    # Built once here, before a dozen processes would each build it at the same time; the
+    # cheater's model too, or its node spends the run warming it up and never submits.
+    say(f"devnet model: {ensure_devnet_model(progress=say)}")
+    if config.cheat == CheatMode.OTHER_MODEL:
+        say(f"the cheater's model: {other_model(progress=say)}")
+    with market(config, say) as (stack, store):
+        run = start_loop(config, stack, say)
+        try:
+            snapshot = _follow_with_view(run, console, during)
+            snapshot = settle(run, say)
+        finally:
+            with deferred_interrupts():
+                stop_all(run.processes, timeout=30)
+        check_interrupted()
+        ledger_problems = None
+        if verify is not None:
+            say("verifying the ledger: rebuilding it from chain events alone and diffing it with PostgreSQL")
+            ledger_problems = verify(stack)
+        missing = [key for node, key in snapshot.submissions if not _stored(store, stack.pool_id, node, key)]
+        outcome = judge_market(snapshot, config.steps, ledger_problems, missing)
+        _print_report(console, config, snapshot, outcome)
+        write_json(config.out_dir / "report.json", snapshot, outcome, {"logs": str(stack.root)})
+    return outcome
+
+
+Verify = Callable[[DevnetStack], list[str]]
+"""Ledger verification: the differences between the chain and the database, as sentences."""
+
+
+def verify_ledger_of(stack: DevnetStack) -> list[str]:
+    """`proofpool ledger verify` on the devnet's database: the report's lines when it differs."""
+    from proofpool.backend.indexer.ledger_diff import render_text
+    from proofpool.backend.indexer.verify import verify_ledger
+
+    diff = verify_ledger(stack.env["DATABASE_URL"], stack.anvil.url, book=stack.admin.book)
+    return [] if diff.ok else render_text(diff).splitlines()[1:]
+
+
+def _stored(store: ObjectStore, pool_id: int, node: str, work_key: str) -> bool:
+    return store.head_object(rollout_key(pool_id, node, work_key.removeprefix("0x"))) is not None
+
+
+def _sayer(console: Console) -> Say:
+    started = time.monotonic()
+
+    def say(line: str) -> None:
+        console.print(f"[dim]{time.monotonic() - started:6.1f}s[/dim] {line}")
+
+    return say
+
+
+def _follow_with_view(run: DevnetRun, console: Console, during: Show | None) -> Snapshot:
+    """`follow` with a live table on a terminal, a status line every 10 s elsewhere."""
+    steps = run.config.steps
+    if console.is_terminal:
+        with Live(console=console, refresh_per_second=1, transient=False) as live:
+            return follow(run, lambda _run, snap: live.update(live_table(snap, steps)), during)
+    last = [0.0]
+
+    def show(_run: DevnetRun, snap: Snapshot) -> None:
+        if time.monotonic() - last[0] >= 10:
+            console.print(status_line(snap, steps), highlight=False)
+            last[0] = time.monotonic()
+
+    return follow(run, show, during)
+
+
+def _print_report(console: Console, config: DevnetConfig, snapshot: Snapshot, outcome: Outcome) -> None:
+    console.print()
+    console.print(f"[bold]mean reward by step[/bold]: {reward_curve(snapshot)}")
+    png = config.out_dir / "reward.png"
+    if png.exists():
+        console.print(f"reward and loss plot: {png}")
+    console.print(provider_table(snapshot))
+    console.print(validator_table(snapshot))
+    if outcome.ledger_matches is not None:
+        console.print(
+            "ledger verify: [green]the database matches the chain[/green]"
+            if outcome.ledger_matches
+            else "ledger verify: [red]the database differs from the chain[/red]"
+        )
+    if outcome.ok:
+        console.print("[green]devnet ok[/green]: the cheater was slashed and ejected, every honest node was paid")
+    else:
+        for problem in outcome.problems:
+            console.print(f"[red]problem[/red]: {problem}")
+    console.print(f"logs in {config.out_dir / 'stack'}, report in {config.out_dir / 'report.json'}")

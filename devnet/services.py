@@ -1,0 +1,137 @@
+"""Child processes of the devnet: `proofpool <group> <command>` started with one environment,
+logged to a file, waited for, and stopped (gracefully, or with SIGKILL for fault drills).
+
+The devnet stack and the integration tests start the backend, the indexer and workers this
+way, as separate processes talking over real connections, like an operator's deployment.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from proofpool.core.errors import ProofpoolError
+from proofpool.infra.config import REPO_ROOT
+
+
+class ServiceFailed(ProofpoolError):
+    """A child service exited or did not become ready in time."""
+
+
+@dataclass
+class Service:
+    """One running `proofpool ...` child process."""
+
+    name: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    args: tuple[str, ...] = ()
+    """The `proofpool` arguments it was started with (`restarted()` starts it again with them)."""
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        """SIGTERM, then SIGKILL after `timeout` seconds; returns the exit code."""
+        if self.alive:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.kill()
+        return self.process.returncode
+
+    def restarted(self) -> Service:
+        """The same command started again (same environment, same log file, appended)."""
+        return spawn_cli(self.name, list(self.args), self.env, self.log_path)
+
+    def kill(self) -> None:
+        """SIGKILL to the service and every process it started (its own process group): what a
+        crash of the machine's process tree does, no cleanup runs. Killing only the leader would
+        leave e.g. a validator's Celery workers running on as orphans."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+
+def stop_all(services: list[Service], timeout: float = 30.0) -> None:
+    """SIGTERM every service at once, wait up to `timeout` seconds for all, SIGKILL the rest:
+    stopping a dozen processes takes as long as the slowest, not the sum."""
+    for service in services:
+        if service.alive:
+            service.process.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    for service in services:
+        try:
+            service.process.wait(max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            service.kill()
+
+
+def cli_environment(overrides: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment without any proofpool setting, plus `overrides`: a child sees
+    exactly the settings its starter meant, not whatever the parent shell had exported."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("PROOFPOOL_") and k not in ("DATABASE_URL", "REDIS_URL", "S3_ENDPOINT_URL")
+    }
+    env.update(overrides)
+    return env
+
+
+def spawn_cli(name: str, args: list[str], env: Mapping[str, str], log_path: Path) -> Service:
+    """`proofpool ARGS` as a child process with environment `env`, output appended to `log_path`."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    out = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
+    process = subprocess.Popen(
+        [sys.executable, "-m", "proofpool.cli.main", *args],
+        cwd=REPO_ROOT,
+        env=dict(env),
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group: `kill()` reaches the children too
+    )
+    out.close()
+    return Service(name, process, log_path, tuple(args), dict(env))
+
+
+def wait_until(
+    ready: Callable[[], bool], *, timeout: float, what: str, service: Service | None = None, poll: float = 0.1
+) -> None:
+    """Poll `ready` until true; `ServiceFailed` (with the service's log tail) on timeout or exit."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        if service is not None and not service.alive:
+            raise ServiceFailed(
+                f"{service.name} exited ({service.process.returncode}) before {what}:\n{service.log_tail()}"
+            )
+        if time.monotonic() > deadline:
+            tail = f":\n{service.log_tail()}" if service is not None else ""
+            raise ServiceFailed(f"timed out after {timeout:.0f} s waiting for {what}{tail}")
+        time.sleep(poll)
+
+
+def http_ok(url: str) -> bool:
+    """True when `url` answers 2xx."""
+    try:
+        return httpx.get(url, timeout=2.0).is_success
+    except httpx.HTTPError:
+        return False

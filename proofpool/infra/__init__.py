@@ -1,0 +1,1 @@
+"""Infrastructure adapters: settings, chain, object store, checkpoints, HTTP, broker, database."""

@@ -1,0 +1,35 @@
+"""POOL token amounts: 18 decimals on-chain, decimal strings for people."""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation, localcontext
+
+from proofpool.core.errors import ProofpoolError
+
+DECIMALS = 18
+TOKEN = 10**DECIMALS
+"""One POOL in its smallest unit."""
+
+
+def parse_pool(text: str) -> int:
+    """'250.5' -> 250.5 POOL in base units; refuses negatives, junk and sub-unit precision."""
+    try:
+        with localcontext() as ctx:
+            ctx.prec = 100
+            value = Decimal(text.strip())
+            units = value * TOKEN
+    except (InvalidOperation, AttributeError) as exc:
+        raise ProofpoolError(f"not a token amount: {text!r} (expected e.g. 250.5)") from exc
+    if not value.is_finite() or value < 0:
+        raise ProofpoolError(f"token amount must be a non-negative number, got {text!r}")
+    if units != units.to_integral_value():
+        raise ProofpoolError(f"{text!r} has more than {DECIMALS} decimals")
+    return int(units)
+
+
+def format_pool(units: int) -> str:
+    """Base units -> '250.5' (no trailing zeros), exact for any uint256."""
+    with localcontext() as ctx:
+        ctx.prec = 100  # uint256 has 78 digits; the default 28 would round large balances
+        text = format(Decimal(units) / TOKEN, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text

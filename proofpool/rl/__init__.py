@@ -1,5 +1,0 @@
-"""RL math shared by worker, validator and trainer."""
-
-from proofpool.rl.advantages import group_advantages
-
-__all__ = ["group_advantages"]
