@@ -48,6 +48,12 @@ from typing import Any
 import numpy as np
 import torch
 from proofpool.worker.rollout import BatchPlan, plan_batch, rollout_samples
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.build import ModelSpec
+from proofpool_arithmetic.cache import ensure_devnet_model
+from proofpool_arithmetic.task import Problem, generate_problems
+from proofpool_arithmetic.tokenizer import EOS_ID, encode_text
+from proofpool_arithmetic.warmup import WarmupSpec, train
 
 from proofpool.core.rollout import RolloutSample
 from proofpool.core.sampling import DEFAULT_TIE_TOLERANCE, SamplingInput, scores, verify_batch
@@ -62,13 +68,9 @@ from proofpool.inference.check import (
     check_recomputed,
     file_verdict,
 )
+from proofpool.inference.model import load_model
 from proofpool.inference.prefill import Recomputation, prefill_batch
 from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
-from proofpool.model.build import ModelSpec, load_model
-from proofpool.model.cache import ensure_devnet_model
-from proofpool.model.tokenizer import EOS_ID, encode_text
-from proofpool.model.warmup import WarmupSpec, train
-from proofpool.tasks.arithmetic import Problem, generate_problems
 
 RESULTS = Path(__file__).resolve().parent / "results" / "detection.jsonl"
 FILE_ROWS = 64
@@ -105,6 +107,7 @@ def _problems(seed: int, files: int) -> list[list[Problem]]:
 def _plan(problems: Sequence[Problem], seed: int, temperature: float = 1.0, max_tokens: int = MAX_TOKENS) -> BatchPlan:
     """The worker's own layout of a file: GROUP_SIZE samples per problem, row i with sample index i."""
     return plan_batch(
+        ENVIRONMENT.taskset,
         [p.problem_id for p in problems],
         group_size=GROUP_SIZE,
         sampling_seed=seed,
@@ -122,7 +125,9 @@ def honest_files(
     out = []
     for f, plan in enumerate(plans):
         gens = generations[f * FILE_ROWS : (f + 1) * FILE_ROWS]
-        rows = rollout_samples(plan, gens, sampling_seed=seed0 + f, temperature=temperature, model_version=0)
+        rows = rollout_samples(
+            ENVIRONMENT.taskset, plan, gens, sampling_seed=seed0 + f, temperature=temperature, model_version=0
+        )
         if claimed is not None:
             rows = [dataclasses.replace(r, temperature=claimed) for r in rows]
         out.append(rows)
@@ -148,7 +153,9 @@ def long_files(engine: Any, n_files: int) -> list[list[RolloutSample]]:
             CompletedSample("add-0-0", i, g.request.prompt_tokens, g.completion_tokens, g.hidden_states)
             for i, g in enumerate(gens)
         ]
-        out.append(to_rollout_samples(completed, sampling_seed=seed, temperature=10.0, model_version=0))
+        out.append(
+            to_rollout_samples(ENVIRONMENT.taskset, completed, sampling_seed=seed, temperature=10.0, model_version=0)
+        )
     return out
 
 

@@ -31,9 +31,9 @@ import psycopg
 from proofpool.devnet.run import DevnetConfig, check_services, follow, market, settle, start_loop
 from proofpool.devnet.services import stop_all
 from proofpool.devnet.stack import DevnetStack
+from proofpool_arithmetic.cache import ensure_devnet_model
 
 from bench.market import emit
-from proofpool.model.cache import ensure_devnet_model
 
 REDIS_DB = 9
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO worker\.node batch written .*?\bseconds=([0-9.]+)")

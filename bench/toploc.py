@@ -37,15 +37,17 @@ from typing import Any
 import torch
 from proofpool.worker.engine import EngineConfig, GenerationRequest, InferenceEngine
 from proofpool.worker.sampler import SamplerSettings
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.build import ModelManifest, ModelSpec, create_model, save_model
+from proofpool_arithmetic.cache import ensure_devnet_model
+from proofpool_arithmetic.task import generate_problems
+from proofpool_arithmetic.tokenizer import EOS_ID
 
 from proofpool.core.toploc import build_proofs, build_proofs_batch, toploc_verdict, verify_proofs
 from proofpool.inference.check import check_recomputed, check_samples, detection_probability
+from proofpool.inference.model import load_model
 from proofpool.inference.prefill import prefill_batch
 from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
-from proofpool.model.build import ModelManifest, ModelSpec, create_model, load_model, save_model
-from proofpool.model.cache import ensure_devnet_model
-from proofpool.model.tokenizer import EOS_ID
-from proofpool.tasks.arithmetic import generate_problems
 
 RESULTS = Path(__file__).resolve().parent / "results" / "toploc.jsonl"
 SEED = 77
@@ -152,7 +154,9 @@ def bench_workload(engine: InferenceEngine, models: dict[str, Any], w: Workload)
         CompletedSample("add-0-0", i, g.request.prompt_tokens, g.completion_tokens, g.hidden_states)
         for i, g in enumerate(generations)
     ]
-    samples = to_rollout_samples(completed, sampling_seed=SEED, temperature=w.temperature, model_version=0)
+    samples = to_rollout_samples(
+        ENVIRONMENT.taskset, completed, sampling_seed=SEED, temperature=w.temperature, model_version=0
+    )
     n_tokens = sum(len(s.completion_tokens) for s in samples)
     for precision, model in models.items():
         rows.append(_full_recompute(model, samples, n_tokens, gen_tps, w, precision))

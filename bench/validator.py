@@ -31,14 +31,15 @@ from proofpool.validator.checks.decode import start_forkserver
 from proofpool.validator.pipeline import drawn
 from proofpool.worker.engine import GenerationRequest, InferenceEngine
 from proofpool.worker.sampler import SamplerSettings
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.cache import ensure_devnet_model
 
 from bench.market import bench_market, emit
 from proofpool.core.rollout import read_rollouts
+from proofpool.inference.model import load_model
 from proofpool.infra.chain.bindings import WorkStatus
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage import ObjectStore, rollout_key
-from proofpool.model.build import load_model
-from proofpool.model.cache import ensure_devnet_model
 
 REDIS_DB = 8
 TARGET_RATIO = 20.0
@@ -132,7 +133,7 @@ def throughput(files: list[tuple[bytes, bytes]], pool_id: int, node: str) -> lis
                 verdict = run_checks(
                     data,
                     facts,
-                    PoolRules(latest_version=0),
+                    PoolRules.of(ENVIRONMENT, latest_version=0),
                     lambda _v, m=model: m,
                     sample_rate=rate,
                     selection_seed=key,
@@ -179,7 +180,7 @@ def service_sampling(
                 verdict = run_checks(
                     data,
                     SubmissionFacts(pool_id, key, node, units, 0),
-                    PoolRules(latest_version=0),
+                    PoolRules.of(ENVIRONMENT, latest_version=0),
                     lambda _v, m=model: m,
                     sample_rate=1.0 if selected else 0.0,
                 )

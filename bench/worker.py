@@ -57,6 +57,8 @@ from proofpool.worker.engine import InferenceEngine
 from proofpool.worker.node import WorkerConfig, WorkerNode
 from proofpool.worker.retry import Backoff
 from proofpool.worker.rollout import generate_rollout_file, plan_batch
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.cache import ensure_devnet_model
 
 from bench.market import bench_market, emit
 from proofpool.core.assignment import sampling_seed, task_ids
@@ -64,7 +66,8 @@ from proofpool.core.rollout import RolloutFileMeta
 from proofpool.infra.config import get_settings
 from proofpool.infra.http.node_api import Heartbeat, NodeApi
 from proofpool.infra.storage.s3 import ObjectStore
-from proofpool.model.cache import ensure_devnet_model
+
+TASKS = ENVIRONMENT.taskset
 
 TARGET_OVERHEAD = 0.10
 REDIS_DB = 9
@@ -163,11 +166,12 @@ def time_engine(node: str, pool_id: int, warm_up: int, batch_ids: list[int], bat
     meta = RolloutFileMeta(pool_id, node)
 
     def plan(batch: int) -> tuple[list[str], int]:
-        return task_ids(pool_id, node, 0, batch, batch_size), sampling_seed(pool_id, node, 0, batch)
+        return task_ids(TASKS, pool_id, node, 0, batch, batch_size), sampling_seed(pool_id, node, 0, batch)
 
     def rollout_file(tasks: list[str], seed: int) -> None:
         generate_rollout_file(
             engine,
+            TASKS,
             meta,
             tasks,
             group_size=GROUP_SIZE,
@@ -183,7 +187,7 @@ def time_engine(node: str, pool_id: int, warm_up: int, batch_ids: list[int], bat
         for batch in batch_ids:
             tasks, seed = plan(batch)
             requests = plan_batch(
-                tasks, group_size=GROUP_SIZE, sampling_seed=seed, temperature=TEMPERATURE, max_tokens=MAX_TOKENS
+                TASKS, tasks, group_size=GROUP_SIZE, sampling_seed=seed, temperature=TEMPERATURE, max_tokens=MAX_TOKENS
             ).requests
             started = time.perf_counter()
             generations = engine.generate(requests)

@@ -2,10 +2,15 @@
 
 Reads only, no key needed. Tables for people (long hashes shortened, amounts in POOL), exact
 values with `--json` or `--csv`; `--all` follows cursors to the last page.
+
+One list command per listing of `proofpool.core.ledger_listings`, made from its declaration: its
+filters become options, its `shown` columns the table. Only the core is imported for that: an
+auditor installs the base package, without the backend.
 """
 
 from __future__ import annotations
 
+import inspect
 import json
 import signal
 import sys
@@ -22,6 +27,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.core.ledger_listings import DEFAULT_PAGE_ROWS, LISTINGS, MAX_PAGE_ROWS, Column, Filter, Kind, Listing
 from proofpool.infra.chain.units import DECIMALS
 from proofpool.infra.config import get_settings
 from proofpool.infra.http.ledger_client import LedgerClient, LedgerRefused
@@ -32,78 +38,17 @@ __all__ = ["LedgerClient", "LedgerRefused", "app", "format_tokens", "render_tabl
 
 app = typer.Typer(no_args_is_help=True)
 
-# Columns of the table for people; --json and --csv print every field, exactly.
-TABLE_COLUMNS: dict[str, tuple[str, ...]] = {
-    "providers": ("address", "active_stake", "unbonding", "slashed_total", "compute_units", "block_number"),
-    "nodes": ("address", "provider", "compute_units", "attested", "active", "block_number"),
-    "pools": ("pool_id", "status", "manager", "reward_per_unit", "validator_fee", "slash_amount", "budget",
-              "block_number"),
-    "submissions": ("pool_id", "work_key", "node", "status", "work_units", "submitted_at", "block_number", "tx_hash"),
-    "verdicts": ("pool_id", "work_key", "verdict", "reason", "validator", "block_number", "tx_hash"),
-    "slashes": ("pool_id", "work_key", "provider", "amount", "validator_share", "treasury_share", "block_number"),
-    "rewards": ("account", "kind", "amount", "pool_id", "work_key", "block_number", "tx_hash"),
-    "validators": ("address", "active", "block_number", "tx_hash"),
-    "checkpoints": ("pool_id", "version", "manifest_sha256", "uri", "block_number", "tx_hash"),
-}  # fmt: skip
-
-AMOUNT_FIELDS = frozenset(
-    {
-        "active_stake",
-        "unbonding",
-        "slashed_total",
-        "reward_per_unit",
-        "validator_fee",
-        "slash_amount",
-        "budget",
-        "validator_share",
-        "treasury_share",
-        "amount",
-    }
-)
-
-
 BackendOption = Annotated[
     str | None,
     typer.Option("--backend-url", help="Backend base URL. Default: $PROOFPOOL_BACKEND_URL or http://127.0.0.1:8000."),
 ]
-LimitOption = Annotated[int, typer.Option("--limit", min=1, max=1000, help="Rows per page (1..1000).")]
+LimitOption = Annotated[
+    int, typer.Option("--limit", min=1, max=MAX_PAGE_ROWS, help=f"Rows per page (1..{MAX_PAGE_ROWS}).")
+]
 AllOption = Annotated[bool, typer.Option("--all", help="Follow cursors and print every page.")]
 CursorOption = Annotated[str | None, typer.Option("--cursor", help="Start after this cursor (from a previous page).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the page(s) as JSON (exact values).")]
 CsvOption = Annotated[bool, typer.Option("--csv", help="Print CSV with one header row (exact values).")]
-PoolIdOption = Annotated[int | None, typer.Option("--pool-id", min=0, help="Only this pool.")]
-
-
-def _address_option(help_text: str) -> Any:
-    return typer.Option(None, help=help_text)
-
-
-class SubmissionStatus(StrEnum):
-    pending = "pending"
-    accepted = "accepted"
-    rejected = "rejected"
-    invalid = "invalid"
-    finalized = "finalized"
-    forfeited = "forfeited"
-    expired = "expired"
-
-
-class PoolStatus(StrEnum):
-    created = "created"
-    active = "active"
-    closed = "closed"
-
-
-class Verdict(StrEnum):
-    accepted = "accepted"
-    invalid = "invalid"
-
-
-class RewardKind(StrEnum):
-    provider_reward = "provider_reward"
-    validator_fee = "validator_fee"
-    slash_share = "slash_share"
-    withdrawal = "withdrawal"
 
 
 @dataclass(frozen=True)
@@ -111,11 +56,26 @@ class Paging:
     """The options every list command shares."""
 
     limit: int
-    follow: bool
+    all_pages: bool
     cursor: str | None
     as_json: bool
     as_csv: bool
     backend_url: str | None
+
+
+def _parameter(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=default)
+
+
+PAGING_OPTIONS = (
+    _parameter("limit", LimitOption, DEFAULT_PAGE_ROWS),
+    _parameter("all_pages", AllOption, False),
+    _parameter("cursor", CursorOption, None),
+    _parameter("as_json", JsonOption, False),
+    _parameter("as_csv", CsvOption, False),
+    _parameter("backend_url", BackendOption, None),
+)
+"""The options of every list command after its filters, named as the fields of `Paging`."""
 
 
 def run_listing(resource: str, filters: dict[str, Any], paging: Paging) -> None:
@@ -126,11 +86,11 @@ def run_listing(resource: str, filters: dict[str, Any], paging: Paging) -> None:
     params = {**filters, "limit": paging.limit, "cursor": paging.cursor}
     try:
         if paging.as_csv:
-            _print_csv(client.csv_pages(resource, params, paging.follow), paging.follow)
+            _print_csv(client.csv_pages(resource, params, paging.all_pages), paging.all_pages)
             return
         items: list[dict[str, Any]] = []
         next_cursor = None
-        for page in client.pages(resource, params, paging.follow):
+        for page in client.pages(resource, params, paging.all_pages):
             items += page["items"]
             next_cursor = page["next_cursor"]
     finally:
@@ -155,22 +115,23 @@ def _print_csv(pages: Iterator[tuple[str, str | None]], follow: bool) -> None:
 
 
 def render_table(resource: str, items: list[dict[str, Any]]) -> Table:
-    """A rich table of the main columns: hashes and addresses shortened, amounts in POOL."""
+    """A rich table of the listing's shown columns: hashes and addresses shortened, amounts in POOL."""
+    listing = LISTINGS[resource]
     table = Table(title=f"{resource} ({len(items)} rows)", title_justify="left")
-    columns = [c for c in TABLE_COLUMNS[resource] if c in items[0]] if items else []
+    columns = [listing.column(name) for name in listing.shown if name in items[0]] if items else []
     for column in columns:
-        table.add_column(column, justify="right" if column in AMOUNT_FIELDS else "left", overflow="fold")
+        table.add_column(column.name, justify="right" if column.kind is Kind.AMOUNT else "left", overflow="fold")
     for item in items:
-        table.add_row(*(_cell(column, item[column]) for column in columns))
+        table.add_row(*(_cell(column, item[column.name]) for column in columns))
     return table
 
 
-def _cell(column: str, value: Any) -> str:
+def _cell(column: Column, value: Any) -> str:
     if value is None:
         return ""
-    if column in AMOUNT_FIELDS:
+    if column.kind is Kind.AMOUNT:
         return format_tokens(int(value))
-    if isinstance(value, str) and value.startswith("0x") and len(value) in (42, 66):
+    if column.kind in (Kind.ADDRESS, Kind.HASH):
         return f"{value[:8]}…{value[-4:]}"
     return str(value)
 
@@ -182,70 +143,38 @@ def format_tokens(units: int) -> str:
     return f"{whole}.{digits}" if digits else str(whole)
 
 
-@app.command()
-def providers(
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Registered providers: stake, unbonding, slashed total, compute units."""
-    run_listing("providers", {}, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
+def _filter_option(listing: Listing, filter_: Filter) -> inspect.Parameter:
+    """The option of one filter; its value goes to the API as typed, which parses and checks it."""
+    column = listing.filter_column(filter_)
+    if column.kind is Kind.BOOL:
+        flags = f"--{filter_.name.replace('_', '-')}/--{filter_.false_flag}"
+        annotation: Any = Annotated[bool | None, typer.Option(flags, help=filter_.doc)]
+    elif column.kind is Kind.ENUM:
+        choices = StrEnum(filter_.name, [(value, value) for value in column.values])
+        annotation = Annotated[choices | None, typer.Option(help=filter_.doc)]
+    elif column.kind is Kind.INT:
+        annotation = Annotated[int | None, typer.Option(min=0, help=filter_.doc)]
+    else:  # addresses and times
+        annotation = Annotated[str | None, typer.Option(help=filter_.doc)]
+    return _parameter(filter_.name, annotation, None)
 
 
-@app.command()
-def nodes(
-    provider: str | None = _address_option("Only this provider's nodes."),
-    active: bool | None = typer.Option(None, "--active/--removed", help="Only registered or only removed nodes."),
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Registered nodes: provider, compute units, attestation."""
-    filters = {"provider": provider, "active": _flag(active)}
-    run_listing("nodes", filters, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
+def _add_list_command(listing: Listing) -> None:
+    """`proofpool ledger <name>`: one option per filter, then the paging options."""
+
+    def command(**options: Any) -> None:
+        paging = Paging(**{option.name: options.pop(option.name) for option in PAGING_OPTIONS})
+        run_listing(listing.name, options, paging)
+
+    # typer reads the options from the signature.
+    command.__signature__ = inspect.Signature(
+        [*(_filter_option(listing, filter_) for filter_ in listing.filters), *PAGING_OPTIONS]
+    )
+    app.command(name=listing.name, help=listing.doc)(command)
 
 
-@app.command()
-def pools(
-    status: PoolStatus | None = typer.Option(None, help="Only pools in this status."),
-    creator: str | None = _address_option("Only pools created by this account."),
-    manager: str | None = _address_option("Only pools managed by this key."),
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Pools: terms (reward per unit, validator fee, slash amount, dispute window) and budget."""
-    filters = {"status": status, "creator": creator, "manager": manager}
-    run_listing("pools", filters, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
-
-
-@app.command()
-def submissions(
-    pool_id: PoolIdOption = None,
-    provider: str | None = _address_option("Only work of this provider's nodes."),
-    node: str | None = _address_option("Only this node's work."),
-    status: SubmissionStatus | None = typer.Option(None, help="Only submissions in this status."),
-    since: str | None = typer.Option(None, help="Submitted at or after (ISO 8601 or Unix seconds; UTC if no zone)."),
-    until: str | None = typer.Option(None, help="Submitted before (exclusive)."),
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Submitted work in submission order, with its status and the block/tx of its last status change."""
-    filters = {"pool_id": pool_id, "provider": provider, "node": node, "status": status, "since": since, "until": until}
-    run_listing("submissions", filters, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
+for _listing in LISTINGS.values():
+    _add_list_command(_listing)
 
 
 @app.command()
@@ -269,89 +198,6 @@ def submission(
     for part in ("verdicts", "slashes", "rewards"):
         if detail[part]:
             console.print(render_table(part, detail[part]))
-
-
-@app.command()
-def verdicts(
-    pool_id: PoolIdOption = None,
-    validator: str | None = _address_option("Only this validator's verdicts."),
-    verdict: Verdict | None = typer.Option(None, help="Only accepted or only invalid verdicts."),
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Validator verdicts in chain order; invalid ones with their reason code."""
-    filters = {"pool_id": pool_id, "validator": validator, "verdict": verdict}
-    run_listing("verdicts", filters, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
-
-
-@app.command()
-def slashes(
-    pool_id: PoolIdOption = None,
-    provider: str | None = _address_option("Only slashes of this provider."),
-    validator: str | None = _address_option("Only slashes reported by this validator."),
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Stake slashed for invalid work and its split between validator and treasury."""
-    filters = {"pool_id": pool_id, "provider": provider, "validator": validator}
-    run_listing("slashes", filters, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
-
-
-@app.command()
-def rewards(
-    account: str | None = _address_option("Only this account's credits and withdrawals."),
-    pool_id: PoolIdOption = None,
-    kind: RewardKind | None = typer.Option(None, help="Only this kind of entry."),
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Credits (provider rewards, validator fees, slash shares) and withdrawals in chain order."""
-    filters = {"account": account, "pool_id": pool_id, "kind": kind}
-    run_listing("rewards", filters, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
-
-
-@app.command()
-def validators(
-    active: bool | None = typer.Option(None, "--active/--revoked", help="Only current or only revoked validators."),
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Accounts granted (or revoked) the validator role."""
-    run_listing("validators", {"active": _flag(active)}, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
-
-
-@app.command()
-def checkpoints(
-    pool_id: PoolIdOption = None,
-    limit: LimitOption = 100,
-    all_pages: AllOption = False,
-    cursor: CursorOption = None,
-    as_json: JsonOption = False,
-    as_csv: CsvOption = False,
-    backend_url: BackendOption = None,
-) -> None:
-    """Published checkpoints: version, manifest sha256, URI."""
-    run_listing("checkpoints", {"pool_id": pool_id}, Paging(limit, all_pages, cursor, as_json, as_csv, backend_url))
-
-
-def _flag(value: bool | None) -> str | None:
-    return None if value is None else str(value).lower()
 
 
 VERIFY_MATCH, VERIFY_MISMATCH, VERIFY_FAILED = 0, 1, 2

@@ -38,7 +38,10 @@ import logging
 from collections.abc import Callable, Sequence
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+
+from proofpool.core.environment import Progress, Taskset
+from proofpool.core.errors import ConfigError
 
 if TYPE_CHECKING:
     from proofpool.worker.journal import JournalEntry
@@ -54,9 +57,36 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 OTHER_MODEL_SEED: Final = 1
-"""Init seed of the `other-model` cheat's model; the devnet's base model is seed 0 (`ModelSpec`)."""
+"""Init seed of the `other-model` cheat's model; the devnet's base model is seed 0."""
 STALE_VERSION: Final = 0
 """The checkpoint a `stale-version` cheater keeps generating with (and claims)."""
+
+
+@runtime_checkable
+class DrillEnvironment(Protocol):
+    """What the cheats need of a pool's environment beyond `proofpool.core.environment.Environment`:
+    the answer a perfect policy writes (`edit-tokens`) and a model of the same shape from another
+    seed (`other-model`). The devnet's arithmetic environment provides both."""
+
+    taskset: Taskset
+
+    def reference_completion(self, problem_id: str) -> tuple[int, ...]:
+        """The completion a perfect policy writes, ending with the end-of-sequence token."""
+        ...
+
+    def variant_model(self, seed: int, progress: Progress | None = None) -> Path:
+        """The base model's architecture drawn from another init seed (cached like the base model)."""
+        ...
+
+
+def drill_environment(model_uri: str) -> DrillEnvironment:
+    """The environment of a pool created with `model_uri`, if the cheats can run on it."""
+    from proofpool.envs import environment_for
+
+    environment = environment_for(model_uri)
+    if not isinstance(environment, DrillEnvironment):
+        raise ConfigError(f"the {environment.name} environment supports no cheat drills (it has no reference answers)")
+    return environment
 
 
 class CheatMode(StrEnum):
@@ -90,45 +120,40 @@ def banner(mode: CheatMode) -> str:
 # --- pure file transforms ---------------------------------------------------------------------
 
 
-def correct_completion(problem_id: str, max_tokens: int) -> tuple[int, ...]:
-    """The completion a perfect policy writes: the answer's digits then `<eos>`, cut at `max_tokens`."""
-    from proofpool.model.tokenizer import EOS_ID, encode_text
-    from proofpool.tasks.arithmetic import problem_from_id
-
-    tokens = [*encode_text(problem_from_id(problem_id).target), EOS_ID]
-    return tuple(tokens[:max_tokens])
+def correct_completion(environment: DrillEnvironment, problem_id: str, max_tokens: int) -> tuple[int, ...]:
+    """The completion a perfect policy writes, cut at `max_tokens`."""
+    return environment.reference_completion(problem_id)[:max_tokens]
 
 
-def rescore(rows: Sequence[RolloutSample]) -> list[RolloutSample]:
+def rescore(taskset: Taskset, rows: Sequence[RolloutSample]) -> list[RolloutSample]:
     """`rows` with rewards and group advantages recomputed exactly as validators do, so a tampered
     file stays self-consistent and only the recomputation checks (TOPLOC, sampling) can catch it."""
     from proofpool.core.rl.advantages import group_advantages
-    from proofpool.tasks.arithmetic import reward
 
-    rewards = [reward(r.problem_id, r.completion_tokens) for r in rows]
+    rewards = [taskset.score(r.problem_id, r.completion_tokens) for r in rows]
     advantages = group_advantages(rewards, [r.group_id for r in rows])
     return [dataclasses.replace(r, reward=w, advantage=a) for r, w, a in zip(rows, rewards, advantages, strict=True)]
 
 
-def edit_to_correct_answers(rows: Sequence[RolloutSample], max_tokens: int) -> tuple[list[RolloutSample], int]:
+def edit_to_correct_answers(
+    environment: DrillEnvironment, rows: Sequence[RolloutSample], max_tokens: int
+) -> tuple[list[RolloutSample], int]:
     """The `edit-tokens` cheat: every row the model got wrong now states the right answer.
 
     Rows already rewarded are left as they are (there is nothing to gain), the proofs of every row
     are kept as generated (the cheater cannot prove tokens the model did not produce), and rewards
     and advantages are recomputed. Returns the rows and how many were edited.
     """
-    from proofpool.tasks.arithmetic import reward
-
     edited: list[RolloutSample] = []
     changed = 0
     for row in rows:
-        if reward(row.problem_id, row.completion_tokens) == 1.0:
+        if environment.taskset.score(row.problem_id, row.completion_tokens) == 1.0:  # the best reward there is
             edited.append(row)
             continue
-        answer = correct_completion(row.problem_id, max_tokens)
+        answer = correct_completion(environment, row.problem_id, max_tokens)
         changed += answer != row.completion_tokens
         edited.append(dataclasses.replace(row, completion_tokens=answer))
-    return rescore(edited), changed
+    return rescore(environment.taskset, edited), changed
 
 
 def reencode(meta: RolloutFileMeta, rows: Sequence[RolloutSample], replay: int) -> RolloutFile:
@@ -176,13 +201,10 @@ def _file(data: bytes, rows: Sequence[RolloutSample]) -> RolloutFile:
 # --- the hooks ----------------------------------------------------------------------------------
 
 
-def other_model(progress: Callable[[str], None] | None = None) -> Path:
-    """The model an `other-model` cheater generates with: the devnet model from another init seed,
-    built and warmed up on first use (minutes on a busy CPU), then cached like the real one."""
-    from proofpool.model.build import ModelSpec
-    from proofpool.model.cache import ensure_devnet_model
-
-    return ensure_devnet_model(ModelSpec(seed=OTHER_MODEL_SEED), progress=progress)
+def other_model(environment: DrillEnvironment, progress: Progress | None = None) -> Path:
+    """The model an `other-model` cheater generates with: the pool's model from another init seed,
+    built on first use (minutes on a busy CPU), then cached like the real one."""
+    return environment.variant_model(OTHER_MODEL_SEED, progress)
 
 
 class Cheater:
@@ -194,8 +216,9 @@ class Cheater:
     checks_staleness = False
     """A `stale-version` cheater sends batches the window refuses; every cheater skips the check."""
 
-    def __init__(self, mode: CheatMode, say: Callable[[str], None]) -> None:
+    def __init__(self, mode: CheatMode, environment: DrillEnvironment, say: Callable[[str], None]) -> None:
         self.mode = mode
+        self.environment = environment
         self._say = say
         self._first_rows: list[RolloutSample] | None = None
         """`replay`: the rows of the first (honest) batch."""
@@ -210,7 +233,7 @@ class Cheater:
     def model_path(self, a: Assignment, resolve: Callable[[Assignment], Path]) -> Path:
         """The model directory that generates the batch of `a` (`resolve` is the honest resolver)."""
         if self.mode is CheatMode.OTHER_MODEL:
-            path = other_model(progress=self._say)
+            path = other_model(self.environment, progress=self._say)
             self.announce(
                 f"generating checkpoint {a.checkpoint_version}'s batch with {path.name} (seed {OTHER_MODEL_SEED})"
             )
@@ -240,7 +263,7 @@ class Cheater:
             self.announce(f"batch {a.batch}: honest, kept to replay for later assignments", **context)
             return honest
         if self.mode is CheatMode.EDIT_TOKENS:
-            rows, edited = edit_to_correct_answers(rows, a.max_tokens)
+            rows, edited = edit_to_correct_answers(self.environment, rows, a.max_tokens)
             if edited:
                 self.announce(
                     f"batch {a.batch}: rewrote {edited} of {len(rows)} completion(s) to the right answer", **context

@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-from proofpool.devnet.adversary import CheatMode, other_model
+from proofpool.devnet.adversary import CheatMode, drill_environment, other_model
 from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
-from proofpool.devnet.market import NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node, time_travel
+from proofpool.devnet.market import DEVNET_MODEL_URI, NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node, time_travel
 from proofpool.devnet.progress import Snapshot, live_table, read_snapshot, status_line
 from proofpool.devnet.report import Outcome, judge_market, provider_table, reward_curve, validator_table, write_json
 from proofpool.devnet.services import Service, ServiceFailed, stop_all
@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.live import Live
 
 from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.envs import resolve_base_model
 from proofpool.infra import db
 from proofpool.infra.chain.anvil import free_port
 from proofpool.infra.chain.deploy import grant_validator
@@ -43,7 +44,6 @@ from proofpool.infra.config import get_settings
 from proofpool.infra.storage import rollout_key
 from proofpool.infra.storage.s3 import ObjectStore
 from proofpool.infra.storage.seaweed import start_seaweed
-from proofpool.model.cache import ensure_devnet_model
 
 POOL_BUDGET = 5_000 * TOKEN
 """Enough for a long demo: about 3 POOL per accepted file (work units plus the validator's fee)."""
@@ -306,9 +306,9 @@ def _run_devnet(config: DevnetConfig, console: Console, verify: Verify | None, d
     say = _sayer(console)
     # Built once here, before a dozen processes would each build it at the same time; the
     # cheater's model too, or its node spends the run warming it up and never submits.
-    say(f"devnet model: {ensure_devnet_model(progress=say)}")
+    say(f"devnet model: {resolve_base_model(DEVNET_MODEL_URI, progress=say)}")
     if config.cheat == CheatMode.OTHER_MODEL:
-        say(f"the cheater's model: {other_model(progress=say)}")
+        say(f"the cheater's model: {other_model(drill_environment(DEVNET_MODEL_URI), progress=say)}")
     with market(config, say) as (stack, store):
         run = start_loop(config, stack, say)
         try:

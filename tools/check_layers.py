@@ -2,10 +2,12 @@
 
     python tools/check_layers.py        # exit 1 and one line per offending import
 
-The layers, top to bottom: the applications (CLI, devnet) may import anything; the services import
-the adapters and the core, never each other; the adapters (settings, chain, storage, ..., inference)
-import each other and the core; the core imports only itself. Every module must belong to a layer,
-so a new package is placed on purpose.
+The layers, top to bottom: the environments (plugins under `environments/`, found by entry point)
+import only the adapters and the core, and nothing imports them; the applications (CLI, devnet) may
+import anything else; the services import the adapters and the core, never each other; the
+adapters (settings, chain, storage, ..., inference, environment resolution) import each other and
+the core; the core imports only itself. Every module must belong to a layer, so a new package is
+placed on purpose.
 
 The installed names (`proofpool.backend`, ...) live in folders of their own (`backend/`, see
 `setup.py`), which import-linter's graph builder cannot follow (it only walks a top-level package's
@@ -30,16 +32,19 @@ class Layer:
     packages: tuple[str, ...]
     # Packages of an independent layer never import one another (the services).
     independent: bool = False
+    # The layers it may import, when fewer than every layer below it (names).
+    only: tuple[str, ...] | None = None
 
 
 LAYERS: tuple[Layer, ...] = (
+    Layer("environments", ("proofpool_arithmetic",), only=("environments", "adapters", "core")),
     Layer("applications", ("proofpool.cli", "proofpool.devnet")),
     Layer(
         "services",
         ("proofpool.backend", "proofpool.worker", "proofpool.validator", "proofpool.trainer"),
         independent=True,
     ),
-    Layer("adapters", ("proofpool.infra", "proofpool.inference", "proofpool.model", "proofpool.tasks")),
+    Layer("adapters", ("proofpool.infra", "proofpool.inference", "proofpool.envs")),
     Layer("core", ("proofpool.core", "proofpool")),
 )
 
@@ -65,6 +70,15 @@ def package_folders(setup_py: Path = REPO_ROOT / "setup.py") -> dict[str, Path]:
         ):
             return {name: setup_py.parent / folder for name, folder in ast.literal_eval(node.value).items()}
     raise SystemExit(f"{setup_py}: no FOLDERS table")
+
+
+def environment_folders(root: Path = REPO_ROOT / "environments") -> dict[str, Path]:
+    """The packages of the environment plugins: `environments/<name>/<package>/`."""
+    return {
+        init.parent.name: init.parent
+        for init in sorted(root.glob("*/*/__init__.py"))
+        if (init.parent.parent / "pyproject.toml").is_file()
+    }
 
 
 def discover(folders: Mapping[str, Path]) -> dict[str, Path]:
@@ -109,7 +123,7 @@ def imports_of(module: str, path: Path, known: Iterable[str]) -> list[tuple[int,
                 # `from package import module` imports the module; `from module import name` the module.
                 candidate = f"{base}.{alias.name}"
                 found.append((node.lineno, candidate if candidate in known else base))
-    return [(line, name) for line, name in found if name == "proofpool" or name.startswith("proofpool.")]
+    return [(line, name) for line, name in found if name.startswith("proofpool")]
 
 
 def check(modules: Mapping[str, Path]) -> list[Violation | str]:
@@ -126,7 +140,7 @@ def check(modules: Mapping[str, Path]) -> list[Violation | str]:
             if target is None:
                 continue  # reported as the module's own problem
             target_index, target_layer, target_package = target
-            if target_index < index:
+            if target_index < index or (layer.only is not None and target_layer.name not in layer.only):
                 why = f"{layer.name} may not import {target_layer.name}"
             elif target_index == index and layer.independent and target_package != package:
                 why = f"the {layer.name} never import each other"
@@ -141,7 +155,7 @@ def check(modules: Mapping[str, Path]) -> list[Violation | str]:
 
 
 def main() -> int:
-    problems = check(discover(package_folders()))
+    problems = check(discover({**package_folders(), **environment_folders()}))
     for problem in problems:
         print(problem)
     if problems:

@@ -23,7 +23,10 @@ import torch
 from torch import Tensor
 
 from proofpool.core.rollout import RolloutSample
-from proofpool.model.tokenizer import PAD_ID
+
+PAD_FILL = 0
+"""The id in padded positions: any id of any vocabulary does, since the attention mask and the loss
+mask leave those positions out."""
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -62,7 +65,7 @@ def make_batch(rows: Sequence[RolloutSample]) -> TokenBatch:
     if not rows:
         raise ValueError("a batch needs at least one row")
     width = max(len(r.prompt_tokens) + len(r.completion_tokens) for r in rows)
-    input_ids = torch.full((len(rows), width), PAD_ID, dtype=torch.long)
+    input_ids = torch.full((len(rows), width), PAD_FILL, dtype=torch.long)
     attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
     mask = torch.zeros((len(rows), max(width - 1, 0)), dtype=torch.bool)
     advantages = torch.zeros((len(rows), max(width - 1, 0)), dtype=torch.float32)

@@ -10,10 +10,11 @@ from typing import Final, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from proofpool.tasks.arithmetic import ANSWER_MAX_TOKENS
-
 DEVNET_SAMPLES_PER_STEP: Final = 32 * 8
 """Samples the devnet trains on per step: 32 problems x a group of 8."""
+DEVNET_ANSWER_TOKENS: Final = 4
+"""The longest useful completion of the devnet's arithmetic task (3 digits and the end token). A
+pool of another task sets `normalizer` for its own completion budget."""
 
 
 def default_normalizer(max_tokens: int, samples_per_step: int) -> float:
@@ -42,7 +43,7 @@ class GrpoConfig(BaseModel):
     """Cap on the ratio for negative advantages: the pessimistic min alone is unbounded there, so a
     token whose probability grew a lot since the rollout (stale, off-policy samples) would dominate
     the step; above delta its loss is constant and its gradient zero. Must exceed 1 + eps_high."""
-    normalizer: float = Field(default_normalizer(ANSWER_MAX_TOKENS, DEVNET_SAMPLES_PER_STEP), gt=0)
+    normalizer: float = Field(default_normalizer(DEVNET_ANSWER_TOKENS, DEVNET_SAMPLES_PER_STEP), gt=0)
     """Constant the summed token loss is divided by, never the token count. Default: max completion
     tokens x samples per step (4 x 256 = 1024 on the devnet); see `default_normalizer`."""
     lr: float = Field(2e-4, gt=0)

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 
 POISON_FILE = "poisoned-files.json"
 REWARD_RANGE: Final = (0.0, 1.0)
-"""What the pool's verifier can score (`proofpool.tasks.arithmetic.reward`: 0 or 1)."""
+"""What a pool's task set can score (`proofpool.core.environment.Taskset.score`)."""
 ADVANTAGE_TOLERANCE: Final = 1e-5
 """Absolute, in reward units: `group_advantages` is deterministic in float32, so an honest file
 matches exactly; the tolerance only spares a writer that sums a group in another order (the

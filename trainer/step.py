@@ -46,7 +46,6 @@ from proofpool.trainer.world import SINGLE, World
 from torch import Tensor
 
 from proofpool.core.rollout import RolloutSample
-from proofpool.model.tokenizer import BOS_ID
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -98,7 +97,7 @@ def _padding_pass(model: torch.nn.Module) -> Tensor:
     """Logits of a one-token forward pass: a rank with fewer micro-batches than the busiest runs
     these (times zero when a backward is needed) so every rank joins every FSDP collective."""
     device = next(model.parameters()).device
-    return model(input_ids=torch.tensor([[BOS_ID]], device=device)).logits
+    return model(input_ids=torch.tensor([[0]], device=device)).logits  # any token: the result is zeroed
 
 
 def _old_logprobs(

@@ -36,6 +36,7 @@ from proofpool.trainer.world import SINGLE, World, broadcast
 from pydantic import BaseModel, ConfigDict, Field
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.envs import resolve_base_model
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.checkpoint import (
     DEFAULT_SHARD_SIZE,
@@ -47,7 +48,6 @@ from proofpool.infra.checkpoint import (
 from proofpool.infra.config import get_settings
 from proofpool.infra.http.ledger_client import LedgerClient
 from proofpool.infra.storage.s3 import ObjectStore
-from proofpool.model.base import resolve_base_model
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ def run_trainer(
     broadcast `Command` per step: the rows to train on, or stop, or abort after a failure here, so
     a rank 0 that gives up never leaves the others waiting for a collective.
     """
-    from proofpool.model.build import load_model
+    from proofpool.inference.model import load_model
 
     stop = stop or threading.Event()
     pool = config.pool_id
@@ -256,7 +256,7 @@ def _published_state(
     client: ChainClient, store: ObjectStore, config: TrainerConfig, pool: int, version: int
 ) -> dict[str, torch.Tensor]:
     """The weights workers ran as `version`: the pool's base model, or the published checkpoint."""
-    from proofpool.model.build import load_model
+    from proofpool.inference.model import load_model
 
     directory = _model_dir(client, store, config, pool) if version == 0 else _fetched(client, store, config, version)
     return load_model(directory, "fp32").state_dict()

@@ -1,7 +1,7 @@
 """The models validators recompute with: a pool's checkpoint of a given version, verified
 against its on-chain manifest hash, loaded once and kept for the next files.
 
-Version 0 without a published checkpoint is the pool's base model (`proofpool.model.base`, the
+Version 0 without a published checkpoint is the pool's base model (`proofpool.envs`, the
 same rule workers follow). A checkpoint that is on-chain but cannot be fetched or verified is the
 pool's problem, not the submitter's: it raises `ModelUnavailable`, which the task retries, and
 never turns into a verdict against the worker.
@@ -17,15 +17,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.envs import UnknownBaseModel, UnknownEnvironment, environment_for, resolve_base_model
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.checkpoint import CheckpointError, ensure_published_checkpoint, onchain_manifest_sha256
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage.s3 import ObjectStore
-from proofpool.model.base import UnknownBaseModel, resolve_base_model
 
 if TYPE_CHECKING:
     from proofpool.validator.resources import Resources
-    from transformers import LlamaForCausalLM
+    from transformers import PreTrainedModel
+
+    from proofpool.core.environment import Environment
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +53,23 @@ class ModelCache:
         self._precision, self._capacity, self._base_model = precision, capacity, base_model
         self._relays = tuple(get_settings().checkpoint_relays if relays is None else relays)
         """Checkpoint relays asked before the store (default: PROOFPOOL_CHECKPOINT_RELAYS)."""
-        self._models: OrderedDict[tuple[int, int], LlamaForCausalLM] = OrderedDict()
+        self._models: OrderedDict[tuple[int, int], PreTrainedModel] = OrderedDict()
         self._lock = threading.Lock()
+        self._environments: dict[int, Environment] = {}
 
-    def get(self, pool_id: int, version: int) -> LlamaForCausalLM:
+    def environment(self, pool_id: int) -> Environment:
+        """The environment the pool's on-chain model URI names (its task set and token limits).
+
+        One not installed here is this validator's gap, not the submitter's: `ModelUnavailable`."""
+        if pool_id not in self._environments:
+            model_uri = self._client.pool.get_pool(pool_id).model_uri
+            try:
+                self._environments[pool_id] = environment_for(model_uri)
+            except UnknownEnvironment as exc:
+                raise ModelUnavailable(f"pool {pool_id}: {exc}") from exc
+        return self._environments[pool_id]
+
+    def get(self, pool_id: int, version: int) -> PreTrainedModel:
         """The model of `pool_id` at `version`, loading (and verifying) it on first use."""
         with self._lock:  # one load at a time: two threads must not both load the same checkpoint
             key = (pool_id, version)
@@ -84,8 +99,8 @@ class ModelCache:
         except (CheckpointError, UnknownBaseModel) as exc:
             raise ModelUnavailable(f"model of pool {pool_id} version {version}: {exc}") from exc
 
-    def _load(self, pool_id: int, version: int) -> LlamaForCausalLM:
-        from proofpool.model.build import load_model
+    def _load(self, pool_id: int, version: int) -> PreTrainedModel:
+        from proofpool.inference.model import load_model
 
         path = self.model_dir(pool_id, version)
         log.info("loading model", extra={"pool": pool_id, "version": version, "path": str(path)})

@@ -153,7 +153,8 @@ def judge(
     # The window as of the block that recorded the submission: a file that was fresh when
     # submitted is not made stale by the time it waited for a validator.
     latest = res.client.pool.latest_checkpoint(sub.pool_id, block=sub.block_number)
-    rules = PoolRules(
+    rules = PoolRules.of(
+        res.models.environment(sub.pool_id),
         latest_version=latest.version,
         async_window=res.settings.async_window,
         stale_grace=res.settings.validator_stale_grace,

@@ -19,15 +19,16 @@ from pathlib import Path
 from proofpool.worker.rollout import RolloutFile
 
 from proofpool.core.assignment import AssignmentConfig, Checkpoint, assign
+from proofpool.core.environment import Taskset
 from proofpool.infra.http.node_api import Assignment, Heartbeat
 
 
-def next_assignment(current: Assignment, node: str) -> Assignment:
+def next_assignment(taskset: Taskset, current: Assignment, node: str) -> Assignment:
     """The batch after `current`, as the backend hands it out once `current` is reported (same
     checkpoint, same batch size, group size, token budget and temperature)."""
     config = AssignmentConfig(len(current.task_ids), current.group_size, current.max_tokens, current.temperature)
     checkpoint = Checkpoint(current.checkpoint_version, current.manifest_sha256, current.checkpoint_uri)
-    upcoming = assign(current.pool_id, node, checkpoint, current.batch + 1, config)
+    upcoming = assign(taskset, current.pool_id, node, checkpoint, current.batch + 1, config)
     return Assignment(
         pool_id=current.pool_id,
         checkpoint_version=current.checkpoint_version,

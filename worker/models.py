@@ -5,7 +5,7 @@ trusts neither: it reads the manifest hash the chain recorded for that pool and 
 the assignment if the two differ, and lets `proofpool.infra.checkpoint` download only the files it
 lacks and check each file's sha256 against the manifest, through the configured relays
 (PROOFPOOL_CHECKPOINT_RELAYS) when there are any, the object store being the last resort.
-Version 0 without a manifest is the pool's base model (`proofpool.model.base`). Anything it
+Version 0 without a manifest is the pool's base model (`proofpool.envs`). Anything it
 cannot serve becomes `Unservable` with a reason code, which the node reports in its next heartbeat.
 
 The engine is rebuilt (hot reload) when the directory changes; the old one is shut down first
@@ -21,12 +21,12 @@ from pathlib import Path
 from proofpool.worker.engine import EngineConfig, InferenceEngine
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.envs import UnknownBaseModel, resolve_base_model
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.checkpoint import CheckpointError, ensure_checkpoint, onchain_manifest_sha256
 from proofpool.infra.config import get_settings
 from proofpool.infra.http.node_api import Assignment
 from proofpool.infra.storage.s3 import ObjectStore
-from proofpool.model.base import UnknownBaseModel, resolve_base_model
 
 log = logging.getLogger(__name__)
 

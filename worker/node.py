@@ -45,8 +45,10 @@ from proofpool.worker.rollout import RolloutFile, generate_rollout_file
 from proofpool.worker.strategy import Honest, RolloutStrategy
 from proofpool.worker.submit import SubmitRefused, stale_reason, submit, upload
 
+from proofpool.core.environment import Taskset
 from proofpool.core.errors import ProofpoolError
 from proofpool.core.rollout import RolloutFileMeta
+from proofpool.envs import UnknownEnvironment, environment_for
 from proofpool.infra.chain.bindings import MemberState, PoolStatus
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.errors import ContractRevert
@@ -129,6 +131,18 @@ class WorkerNode:
         self._lookahead = Lookahead()
         self._uploads = httpx.Client(timeout=120.0)
         """One client for every presigned PUT (used by the submitter thread only)."""
+        self._taskset: Taskset | None = None
+
+    @property
+    def taskset(self) -> Taskset:
+        """The pool's task set, from the environment its on-chain model URI names (looked up once)."""
+        if self._taskset is None:
+            model_uri = self._chain(lambda: self.client.pool.get_pool(self.config.pool_id).model_uri, "pool lookup")
+            try:
+                self._taskset = environment_for(model_uri).taskset
+            except UnknownEnvironment as exc:
+                raise NodeNotReady(str(exc)) from exc
+        return self._taskset
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -177,6 +191,7 @@ class WorkerNode:
         pool = self.client.pool.get_pool(pool_id)
         if pool.status is PoolStatus.CLOSED:
             raise NodeNotReady(f"pool {pool_id} is closed")
+        self.taskset  # noqa: B018 - its environment must be installed before the node joins
         self._check_not_barred()
         if self.client.w3.eth.get_balance(node) == 0:
             raise NodeNotReady(f"node {node} has no ETH to pay gas for submitWork; send it some from the provider")
@@ -315,7 +330,7 @@ class WorkerNode:
         self._to_report = entry
         self._submitter.put(entry, seconds)
         if not self._done() and not self.stop.is_set():
-            self._lookahead.send(self.heartbeat, next_assignment(a, self.node), path)
+            self._lookahead.send(self.heartbeat, next_assignment(self.taskset, a, self.node), path)
 
     def _generate(self, a: Assignment, path: Path) -> Generated:
         """Generate, prove, score and serialize the batch of `a` on the model in `path`, timed."""
@@ -327,6 +342,7 @@ class WorkerNode:
         def generate() -> RolloutFile:
             return generate_rollout_file(
                 engine,
+                self.taskset,
                 meta,
                 a.task_ids,
                 group_size=a.group_size,

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from proofpool.worker.engine import Generation, GenerationRequest, InferenceEngine
 from proofpool.worker.sampler import SamplerSettings
 
+from proofpool.core.environment import Taskset
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
-from proofpool.tasks.arithmetic import problem_from_id
 
 
 @dataclass(frozen=True)
@@ -40,12 +40,19 @@ class RolloutFile:
 
 
 def plan_batch(
-    task_ids: Sequence[str], *, group_size: int, sampling_seed: int, temperature: float, max_tokens: int
+    taskset: Taskset,
+    task_ids: Sequence[str],
+    *,
+    group_size: int,
+    sampling_seed: int,
+    temperature: float,
+    max_tokens: int,
 ) -> BatchPlan:
-    """`group_size` seeded samples of each problem, row i with sample index i."""
+    """`group_size` seeded samples of each problem (prompted as the pool's task set builds it), row i
+    with sample index i."""
     requests, problem_ids, group_ids = [], [], []
     for group, task_id in enumerate(task_ids):
-        prompt = tuple(problem_from_id(task_id).prompt_tokens())
+        prompt = taskset.prompt_tokens(task_id)
         for _ in range(group_size):
             index = len(requests)
             requests.append(GenerationRequest(prompt, SamplerSettings(sampling_seed, index, temperature), max_tokens))
@@ -55,15 +62,22 @@ def plan_batch(
 
 
 def rollout_samples(
-    plan: BatchPlan, generations: Sequence[Generation], *, sampling_seed: int, temperature: float, model_version: int
+    taskset: Taskset,
+    plan: BatchPlan,
+    generations: Sequence[Generation],
+    *,
+    sampling_seed: int,
+    temperature: float,
+    model_version: int,
 ) -> list[RolloutSample]:
-    """Rows with proofs, rewards and group advantages for the generations of `plan` (same order)."""
+    """Rows with proofs, rewards (the task set's scores) and group advantages for the generations of
+    `plan` (same order)."""
     completed = [
         CompletedSample(pid, gid, g.request.prompt_tokens, g.completion_tokens, g.hidden_states)
         for g, pid, gid in zip(generations, plan.problem_ids, plan.group_ids, strict=True)
     ]
     return to_rollout_samples(
-        completed, sampling_seed=sampling_seed, temperature=temperature, model_version=model_version
+        taskset, completed, sampling_seed=sampling_seed, temperature=temperature, model_version=model_version
     )
 
 
@@ -74,6 +88,7 @@ def work_units(samples: Sequence[RolloutSample]) -> int:
 
 def generate_rollout_file(
     engine: InferenceEngine,
+    taskset: Taskset,
     meta: RolloutFileMeta,
     task_ids: Sequence[str],
     *,
@@ -85,11 +100,16 @@ def generate_rollout_file(
 ) -> RolloutFile:
     """Generate, prove, score and serialize one assignment's batch."""
     plan = plan_batch(
-        task_ids, group_size=group_size, sampling_seed=sampling_seed, temperature=temperature, max_tokens=max_tokens
+        taskset,
+        task_ids,
+        group_size=group_size,
+        sampling_seed=sampling_seed,
+        temperature=temperature,
+        max_tokens=max_tokens,
     )
     generations = engine.generate(plan.requests)
     samples = rollout_samples(
-        plan, generations, sampling_seed=sampling_seed, temperature=temperature, model_version=model_version
+        taskset, plan, generations, sampling_seed=sampling_seed, temperature=temperature, model_version=model_version
     )
     data = rollouts_bytes(meta, samples)
     return RolloutFile(data, hashlib.sha256(data).digest(), work_units(samples), len(samples))

@@ -1,4 +1,5 @@
-"""Query and response models of the public ledger API.
+"""Query and response models of the public ledger API, one query model per listing, generated from
+its declaration (`proofpool.core.ledger_listings`).
 
 Queries forbid unknown parameters, so an auditor's typo (`?pool=3`) is a 422, not a silently
 unfiltered list. Addresses are accepted in any case and compared checksummed, as stored.
@@ -10,15 +11,19 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from eth_utils import is_checksum_address, is_hex_address, to_checksum_address
-from proofpool.backend.db.ledger import (
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, create_model, model_validator
+
+from proofpool.core.ledger_listings import (
+    DEFAULT_PAGE_ROWS,
+    LISTINGS,
     MAX_CURSOR_CHARS,
-    MemberState,
-    PoolStatus,
-    RewardKind,
-    SubmissionStatus,
-    VerdictKind,
+    MAX_PAGE_ROWS,
+    PAGING_PARAMETERS,
+    Filter,
+    Kind,
+    Listing,
+    Match,
 )
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 Row = TypeVar("Row")
 
@@ -37,9 +42,13 @@ def _utc(value: datetime) -> datetime:
 
 
 Address = Annotated[str, Field(max_length=42), AfterValidator(_checksummed)]
-PoolId = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Bigint = Annotated[int, Field(ge=0, le=2**63 - 1)]
+"""A non-negative PostgreSQL BIGINT: a larger value could only fail in the database."""
 Timestamp = Annotated[datetime, AfterValidator(_utc)]
 WorkKey = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$", examples=["0x" + "ab" * 32])]
+
+_FILTER_TYPES: dict[Kind, Any] = {Kind.ADDRESS: Address, Kind.INT: Bigint, Kind.BOOL: bool, Kind.TIMESTAMP: Timestamp}
+"""The parameter type of a filter on each kind of column (every kind in `ledger_listings.FILTERABLE`)."""
 
 
 class PageQuery(BaseModel):
@@ -47,7 +56,7 @@ class PageQuery(BaseModel):
 
     model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True)
 
-    limit: int = Field(100, ge=1, le=1000)
+    limit: int = Field(DEFAULT_PAGE_ROWS, ge=1, le=MAX_PAGE_ROWS)
     """Rows per page."""
     cursor: str | None = Field(None, max_length=MAX_CURSOR_CHARS)
     """`next_cursor` of the previous page (CSV: its X-Next-Cursor header); omit for the first page."""
@@ -56,92 +65,42 @@ class PageQuery(BaseModel):
 
     def filters(self) -> dict[str, Any]:
         """The filter values of this query by name (None: not filtered)."""
-        return self.model_dump(exclude={"limit", "cursor", "format"})
+        return self.model_dump(exclude=PAGING_PARAMETERS)
 
 
-class NodeQuery(PageQuery):
-    provider: Address | None = None
-    """Only this provider's nodes."""
-    active: bool | None = None
-    """Only nodes still registered (true) or removed (false)."""
+def _filter_field(listing: Listing, filter_: Filter) -> tuple[Any, Any]:
+    column = listing.filter_column(filter_)
+    value: Any = Literal[column.values] if column.kind is Kind.ENUM else _FILTER_TYPES[column.kind]
+    return value | None, Field(None, description=filter_.doc)
 
 
-class PoolQuery(PageQuery):
-    status: PoolStatus | None = None
-    """Only pools in this status."""
-    creator: Address | None = None
-    """Only pools created by this account."""
-    manager: Address | None = None
-    """Only pools managed by this key."""
+def _ordered_window(start: str, end: str) -> Any:
+    """A model validator refusing a time window that ends before it starts."""
+
+    def check(query: PageQuery) -> PageQuery:
+        low, high = getattr(query, start), getattr(query, end)
+        if low is not None and high is not None and low >= high:
+            raise ValueError(f"{start} must be before {end}")
+        return query
+
+    return model_validator(mode="after")(check)
 
 
-class MembershipQuery(PageQuery):
-    pool_id: PoolId | None = None
-    """Only this pool's members."""
-    node: Address | None = None
-    """Only this node's memberships."""
-    provider: Address | None = None
-    """Only memberships of this provider's nodes."""
-    state: MemberState | None = None
-    """Only memberships in this state."""
+def _query_model(listing: Listing) -> type[PageQuery]:
+    """`<Item>Query`: the paging fields and one optional field per filter of `listing`."""
+    fields = {filter_.name: _filter_field(listing, filter_) for filter_ in listing.filters}
+    validators = {
+        f"_{start.name}_before_{end.name}": _ordered_window(start.name, end.name)
+        for start in listing.filters
+        for end in listing.filters
+        if (start.match, end.match) == (Match.AT_OR_AFTER, Match.BEFORE)
+        and listing.filter_column(start) == listing.filter_column(end)
+    }
+    return create_model(f"{listing.item.title()}Query", __base__=PageQuery, __validators__=validators, **fields)
 
 
-class SubmissionQuery(PageQuery):
-    pool_id: PoolId | None = None
-    """Only this pool's submissions."""
-    provider: Address | None = None
-    """Only submissions of this provider's nodes."""
-    node: Address | None = None
-    """Only this node's submissions."""
-    status: SubmissionStatus | None = None
-    """Only submissions in this status."""
-    since: Timestamp | None = None
-    """Submitted at or after this time (ISO 8601 or Unix seconds; UTC if no zone)."""
-    until: Timestamp | None = None
-    """Submitted before this time (exclusive)."""
-
-    @model_validator(mode="after")
-    def _ordered_range(self) -> SubmissionQuery:
-        if self.since is not None and self.until is not None and self.since >= self.until:
-            raise ValueError("since must be before until")
-        return self
-
-
-class VerdictQuery(PageQuery):
-    pool_id: PoolId | None = None
-    """Only verdicts on this pool's submissions."""
-    validator: Address | None = None
-    """Only this validator's verdicts."""
-    verdict: VerdictKind | None = None
-    """Only accepted or only invalid verdicts."""
-
-
-class SlashQuery(PageQuery):
-    pool_id: PoolId | None = None
-    """Only slashes in this pool."""
-    provider: Address | None = None
-    """Only slashes of this provider."""
-    validator: Address | None = None
-    """Only slashes reported by this validator."""
-
-
-class RewardQuery(PageQuery):
-    account: Address | None = None
-    """Only this account's credits and withdrawals."""
-    pool_id: PoolId | None = None
-    """Only credits from this pool (withdrawals have no pool)."""
-    kind: RewardKind | None = None
-    """Only this kind of entry."""
-
-
-class ValidatorQuery(PageQuery):
-    active: bool | None = None
-    """Only validators holding (true) or having lost (false) the role."""
-
-
-class CheckpointQuery(PageQuery):
-    pool_id: PoolId | None = None
-    """Only this pool's checkpoints."""
+QUERIES: dict[str, type[PageQuery]] = {name: _query_model(listing) for name, listing in LISTINGS.items()}
+"""The query model of each listing, by name."""
 
 
 class LedgerPage(BaseModel, Generic[Row]):

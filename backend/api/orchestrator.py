@@ -120,7 +120,11 @@ class InviteOut(BaseModel):
             "description": "`node_not_registered`: the chain (as indexed) has no active node for the signer; "
             "`node_not_announced`: announce with PUT /v1/nodes first; `not_pool_member`: `pool_id` names a pool "
             "the node is not a member of."
-        }
+        },
+        503: {
+            "description": "`environment_unavailable`: no environment for the pool's model URI is installed on this "
+            "backend, so it cannot draw the pool's problems."
+        },
     },
 )
 async def heartbeat(

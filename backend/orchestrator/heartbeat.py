@@ -25,6 +25,7 @@ from psycopg import AsyncConnection
 from redis.asyncio import Redis
 
 from proofpool.core.assignment import DEFAULT_ASSIGNMENT, Assignment, Checkpoint, assign
+from proofpool.envs import UnknownEnvironment, environment_for
 
 log = logging.getLogger(__name__)
 
@@ -135,4 +136,9 @@ async def heartbeat(
         uri=ctx.checkpoint_uri,
     )
     config = DEFAULT_ASSIGNMENT.with_overrides(ctx.batch_size, ctx.group_size, ctx.max_tokens, ctx.temperature)
-    return HeartbeatResult(node, state, ctx.pool_id, assign(ctx.pool_id, node, checkpoint, batch, config))
+    try:
+        taskset = environment_for(ctx.model_uri or "").taskset
+    except UnknownEnvironment as exc:
+        # The operator's gap, not the node's: the node keeps its membership and asks again.
+        raise ApiError(503, "environment_unavailable", f"pool {ctx.pool_id}: {exc}") from exc
+    return HeartbeatResult(node, state, ctx.pool_id, assign(taskset, ctx.pool_id, node, checkpoint, batch, config))

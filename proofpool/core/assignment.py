@@ -15,7 +15,7 @@ from typing import Final
 import numpy as np
 from eth_utils import to_canonical_address
 
-from proofpool.tasks.arithmetic import generate_problems
+from proofpool.core.environment import Taskset
 
 ASSIGNMENT_DOMAIN: Final = b"proofpool-assignment-v1"
 """Domain tag of every derived seed; bump it if the derivation ever changes."""
@@ -29,7 +29,7 @@ MAX_TEMPERATURE: Final = 10.0
 
 @dataclass(frozen=True)
 class AssignmentConfig:
-    """Per-pool knobs of an assignment; the defaults fit the devnet's arithmetic task.
+    """Per-pool knobs of an assignment; the defaults fit the devnet's arithmetic environment.
 
     A pool may override any field in `pool_assignment_config`; NULL columns keep these defaults.
     """
@@ -39,7 +39,7 @@ class AssignmentConfig:
     group_size: int = 8
     """Samples per problem; GRPO advantages are computed within each group."""
     max_tokens: int = 8
-    """Completion budget per sample (an answer below 199 plus `<eos>` needs at most 4)."""
+    """Completion budget per sample (the devnet's answers, below 199, need at most 4 with `<eos>`)."""
     temperature: float = 1.0
     """Sampling temperature of every sample. The pool's, never the node's: a node free to choose it
     could sample colder to raise its rewards or hotter to lengthen completions and farm work units,
@@ -120,21 +120,27 @@ def sampling_seed(pool_id: int, node: str, version: int, batch: int) -> int:
     return derive_seed(b"sampling", pool_id, node, version, batch)
 
 
-def task_ids(pool_id: int, node: str, version: int, batch: int, count: int) -> tuple[str, ...]:
-    """The problem ids of this batch (`add-a-b`; the id encodes the problem, see `proofpool.tasks`)."""
+def task_ids(taskset: Taskset, pool_id: int, node: str, version: int, batch: int, count: int) -> tuple[str, ...]:
+    """The problem ids of this batch, drawn from the pool's task set with a seed of the public inputs."""
     seed = derive_seed(b"problems", pool_id, node, version, batch)
-    return tuple(problem.problem_id for problem in generate_problems(seed, count))
+    return tuple(taskset.draw(seed, count))
 
 
 def assign(
-    pool_id: int, node: str, checkpoint: Checkpoint, batch: int, config: AssignmentConfig = DEFAULT_ASSIGNMENT
+    taskset: Taskset,
+    pool_id: int,
+    node: str,
+    checkpoint: Checkpoint,
+    batch: int,
+    config: AssignmentConfig = DEFAULT_ASSIGNMENT,
 ) -> Assignment:
-    """The assignment of `node` in `pool_id` for batch number `batch` of `checkpoint`."""
+    """The assignment of `node` in `pool_id` for batch number `batch` of `checkpoint`, from the pool's
+    task set (its environment's, `proofpool.envs.environment_for`)."""
     return Assignment(
         pool_id=pool_id,
         checkpoint=checkpoint,
         batch=batch,
-        task_ids=task_ids(pool_id, node, checkpoint.version, batch, config.batch_size),
+        task_ids=task_ids(taskset, pool_id, node, checkpoint.version, batch, config.batch_size),
         sampling_seed=sampling_seed(pool_id, node, checkpoint.version, batch),
         group_size=config.group_size,
         max_tokens=config.max_tokens,

@@ -16,10 +16,10 @@ from dataclasses import dataclass
 
 import torch
 
+from proofpool.core.environment import Taskset
 from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import RolloutSample
 from proofpool.core.toploc import build_proofs_batch, join_proofs
-from proofpool.tasks.arithmetic import reward
 
 
 @dataclass(frozen=True)
@@ -35,6 +35,7 @@ class CompletedSample:
 
 
 def to_rollout_samples(
+    taskset: Taskset,
     completed: Sequence[CompletedSample],
     *,
     sampling_seed: int,
@@ -42,7 +43,7 @@ def to_rollout_samples(
     model_version: int,
 ) -> list[RolloutSample]:
     """Rollout rows for `completed`, in order (row i must have been sampled with sample index i)."""
-    rewards = [reward(c.problem_id, c.completion_tokens) for c in completed]
+    rewards = [taskset.score(c.problem_id, c.completion_tokens) for c in completed]
     advantages = group_advantages(rewards, [c.group_id for c in completed])
     proofs = build_proofs_batch([c.hidden_states for c in completed])
     return [

@@ -205,7 +205,7 @@ def test_bad_filters_are_422_with_a_json_reason(ledger_api, name, params):
 
 
 def test_a_cursor_with_a_nul_byte_is_refused_not_a_database_error(ledger_api):
-    from proofpool.backend.db.ledger import NODES
+    from proofpool.core.ledger_listings import NODES
 
     reply = ledger_api.get("/v1/ledger/nodes", params={"cursor": encode_cursor(NODES, ("0x\x00",))})
     assert reply.status_code == 422

@@ -18,6 +18,7 @@ from proofpool.backend.orchestrator import liveness
 from proofpool.backend.orchestrator.discovery import specs_digest
 from proofpool.backend.orchestrator.states import Liveness
 from proofpool.backend.orchestrator.sweeper import Ejection, chain_ejector, sweep_once
+from proofpool_arithmetic import ENVIRONMENT
 from psycopg import AsyncConnection
 from redis.asyncio import Redis as AsyncRedis
 
@@ -39,6 +40,8 @@ from tests.fixtures.backend import (
     api_redis_url,
     write_address_book,
 )
+
+TASKS = ENVIRONMENT.taskset
 
 MANAGER = Account.from_key(MANAGER_KEY)
 POOL_CONTRACT = to_checksum_address("0x" + "ab" * 20)
@@ -149,7 +152,7 @@ def test_member_gets_deterministic_assignment_and_batches_advance(api: ApiHarnes
     first = api.signed(node, "POST", "/v1/heartbeat", {"pool_id": 3}).json()
     assert first["state"] == "healthy"
     work = first["assignment"]
-    expected = assign(3, node.address, Checkpoint(2, manifest, "s3://bucket/ckpt/2"), 0)
+    expected = assign(TASKS, 3, node.address, Checkpoint(2, manifest, "s3://bucket/ckpt/2"), 0)
     assert work == {
         "pool_id": 3,
         "checkpoint_version": 2,

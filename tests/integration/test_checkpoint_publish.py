@@ -14,8 +14,10 @@ import pytest
 import torch
 from eth_account import Account
 from proofpool.cli.main import app
+from proofpool_arithmetic.build import ModelManifest, ModelSpec, init_model, save_model
 from typer.testing import CliRunner
 
+from proofpool.inference.model import load_model
 from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
 from proofpool.infra.chain.bindings import PoolParams
 from proofpool.infra.chain.client import ChainClient
@@ -41,7 +43,6 @@ from proofpool.infra.checkpoint.shards import INDEX_NAME
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage import ObjectStore
 from proofpool.infra.storage.seaweed import SeaweedProcess
-from proofpool.model.build import ModelManifest, ModelSpec, init_model, load_model, save_model
 
 ADMIN, MANAGER, OUTSIDER = ANVIL_KEYS[0], ANVIL_KEYS[1], ANVIL_KEYS[8]
 SPEC = ModelSpec(seed=5, hidden=64, layers=2, heads=2)

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from proofpool_arithmetic.build import init_model
 
 from proofpool.infra.chain.anvil import free_port
 from proofpool.infra.checkpoint import (
@@ -38,7 +39,6 @@ from proofpool.infra.checkpoint.relay import Relay, RelayUpstream, StoreUpstream
 from proofpool.infra.checkpoint.sources import MANIFEST_HINT_HEADER, relay_client
 from proofpool.infra.storage import ObjectStore
 from proofpool.infra.storage.seaweed import SeaweedProcess
-from proofpool.model.build import init_model
 from tests.fixtures.backend import serve_app
 
 POOL, VERSION = 7, 1

@@ -17,6 +17,7 @@ import pytest
 from eth_account import Account
 from proofpool.validator.models import ModelCache
 from proofpool.worker.models import ModelResolver
+from proofpool_arithmetic.build import init_model
 
 from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
 from proofpool.infra.chain.bindings import PoolParams
@@ -30,7 +31,6 @@ from proofpool.infra.checkpoint.relay import Relay, StoreUpstream
 from proofpool.infra.config import get_settings
 from proofpool.infra.http.node_api import Assignment
 from proofpool.infra.storage import ObjectStore
-from proofpool.model.build import init_model
 from tests.integration.test_checkpoint_relay import serve
 
 ADMIN, MANAGER = ANVIL_KEYS[0], ANVIL_KEYS[1]

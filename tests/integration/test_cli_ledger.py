@@ -113,3 +113,9 @@ def test_unreachable_backend_is_one_line_naming_the_url():
     assert proc.stderr.strip().splitlines() == [
         "error: backend not reachable at http://127.0.0.1:9 (ConnectError); is it running?"
     ]
+
+
+def test_every_listing_has_its_command_memberships_included(ledger_cli):
+    """The commands are made from the listings' table, so memberships (API-only before) has one."""
+    out = json.loads(ledger_cli("memberships", "--pool-id", "1", "--state", "active", "--json"))
+    assert out == {"items": [], "next_cursor": None}  # the seeded ledger holds no memberships

@@ -26,18 +26,20 @@ from typing import Any
 
 import pytest
 import torch
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.build import ModelSpec, create_model
+from proofpool_arithmetic.cache import ensure_devnet_model
+from proofpool_arithmetic.task import Problem, generate_problems, problem_from_id
+from proofpool_arithmetic.tokenizer import CHARACTERS, EOS_ID, VOCAB, encode_text
+from proofpool_arithmetic.warmup import WarmupSpec, train
 
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.core.sampling import DEFAULT_TIE_TOLERANCE, sample_tokens, scores
 from proofpool.core.toploc import build_proofs, join_proofs
 from proofpool.inference.check import SampleVerdict, check_samples, file_verdict
+from proofpool.inference.model import load_model
 from proofpool.inference.prefill import prefill_batch
 from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
-from proofpool.model.build import ModelSpec, create_model, load_model
-from proofpool.model.cache import ensure_devnet_model
-from proofpool.model.tokenizer import CHARACTERS, EOS_ID, VOCAB, encode_text
-from proofpool.model.warmup import WarmupSpec, train
-from proofpool.tasks.arithmetic import Problem, generate_problems, problem_from_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -113,7 +115,9 @@ def rows_from_generations(
         CompletedSample(pid, gid, g.request.prompt_tokens, g.completion_tokens, g.hidden_states)
         for g, pid, gid in zip(generations, ids, groups, strict=True)
     ]
-    samples = to_rollout_samples(completed, sampling_seed=SAMPLING_SEED, temperature=temperature, model_version=0)
+    samples = to_rollout_samples(
+        ENVIRONMENT.taskset, completed, sampling_seed=SAMPLING_SEED, temperature=temperature, model_version=0
+    )
     _, read_back = read_rollouts(rollouts_bytes(META, samples))
     return read_back
 

@@ -22,11 +22,12 @@ import torch.multiprocessing as mp
 from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.step import grpo_step, make_optimizer
 from proofpool.trainer.world import SINGLE, World, full_state_dict, shard_model
+from proofpool_arithmetic.build import ModelSpec, create_model
+from proofpool_arithmetic.cache import ensure_devnet_model
+from proofpool_arithmetic.task import generate_problems
 
 from proofpool.core.rollout import RolloutSample
-from proofpool.model.build import ModelSpec, create_model, load_model
-from proofpool.model.cache import ensure_devnet_model
-from proofpool.tasks.arithmetic import generate_problems
+from proofpool.inference.model import load_model
 from tests.fixtures.local_rollouts import generate_rollouts
 
 pytestmark = pytest.mark.slow

@@ -3,7 +3,7 @@
 The warmed devnet model answers about 26% of problems exactly at T=1. Forty GRPO steps of
 32 problems x 8 samples (default loss and optimizer settings) must raise both the reward of the
 rollouts it trains on and its exact accuracy on held-out problems, measured without sampling
-noise by teacher forcing (`proofpool.model.warmup.evaluate`).
+noise by teacher forcing (`proofpool_arithmetic.warmup.evaluate`).
 
 Margins are about half the worst of seeds 0-7 (this setup, measured on 2 cores): rollout reward
 last-5 minus first-5 steps +0.065 to +0.137, held-out exact@T=1 +0.116 to +0.133 (from 0.264),
@@ -21,13 +21,14 @@ from proofpool.trainer.batch import make_batch, token_logprobs
 from proofpool.trainer.behavior import BehaviorPolicies, published_weights
 from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.step import StepMetrics, grpo_step, make_optimizer
+from proofpool_arithmetic.build import ModelSpec, create_model
+from proofpool_arithmetic.cache import ensure_devnet_model
+from proofpool_arithmetic.task import ANSWER_MAX_TOKENS, Problem, generate_problems, reward
+from proofpool_arithmetic.tokenizer import EOS_ID
+from proofpool_arithmetic.warmup import EVAL_PROBLEMS, EVAL_SEED, Accuracy, evaluate
 
 from proofpool.core.sampling import sample_tokens
-from proofpool.model.build import ModelSpec, create_model, load_model
-from proofpool.model.cache import ensure_devnet_model
-from proofpool.model.tokenizer import EOS_ID
-from proofpool.model.warmup import EVAL_PROBLEMS, EVAL_SEED, Accuracy, evaluate
-from proofpool.tasks.arithmetic import ANSWER_MAX_TOKENS, Problem, generate_problems, reward
+from proofpool.inference.model import load_model
 from tests.fixtures.local_rollouts import generate_rollouts
 
 STEPS = 40

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 from proofpool.trainer.screen import POISON_FILE
+from proofpool_arithmetic.task import generate_problems, reward
+from proofpool_arithmetic.tokenizer import EOS_ID, encode_text
 
 from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
@@ -27,8 +29,6 @@ from proofpool.infra.config import get_settings
 from proofpool.infra.http.ledger_client import LedgerClient
 from proofpool.infra.storage import ObjectStore, rollout_key
 from proofpool.infra.storage.seaweed import SeaweedProcess
-from proofpool.model.tokenizer import EOS_ID, encode_text
-from proofpool.tasks.arithmetic import generate_problems, reward
 from tests.fixtures.market import Market
 
 pytestmark = pytest.mark.slow

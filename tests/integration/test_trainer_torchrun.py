@@ -18,14 +18,14 @@ from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.state import load_state
 from proofpool.trainer.step import grpo_step, make_optimizer
 
+from proofpool.envs import resolve_base_model
+from proofpool.inference.model import load_model
 from proofpool.infra.chain.anvil import free_port
 from proofpool.infra.chain.signing import sign_invite
 from proofpool.infra.checkpoint import ensure_published_checkpoint
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage import ObjectStore
 from proofpool.infra.storage.seaweed import SeaweedProcess
-from proofpool.model.base import resolve_base_model
-from proofpool.model.build import load_model
 from tests.fixtures.market import Market
 from tests.integration.test_trainer_run import rows_for, submit_accepted, wait_accepted
 

@@ -31,9 +31,11 @@ from eth_account.signers.local import LocalAccount
 from proofpool.devnet.adversary import reencode
 from proofpool.devnet.market import devnet_pool_params, onboard_node
 from proofpool.devnet.services import Service, wait_until
+from proofpool_arithmetic.cache import ensure_devnet_model
 
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.core.rollout.io import rollouts_table
+from proofpool.inference.model import load_model
 from proofpool.infra.chain.anvil import ANVIL_KEYS, free_port
 from proofpool.infra.chain.bindings import NO_EVIDENCE, WorkStatus, reason_text
 from proofpool.infra.chain.client import ChainClient
@@ -44,8 +46,6 @@ from proofpool.infra.chain.units import TOKEN
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage import ObjectStore, evidence_key, rollout_key
 from proofpool.infra.storage.seaweed import SeaweedProcess
-from proofpool.model.build import load_model
-from proofpool.model.cache import ensure_devnet_model
 from tests.fixtures.market import Market
 from tests.fixtures.pytorch_rows import assigned_rows
 

@@ -15,16 +15,20 @@ from typing import Any
 import pytest
 import torch
 from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.build import ModelSpec, create_model
+from proofpool_arithmetic.cache import ensure_devnet_model
+from proofpool_arithmetic.task import problem_from_id
+from proofpool_arithmetic.tokenizer import VOCAB
 
 from proofpool.core.assignment import sampling_seed, task_ids
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.inference import check
 from proofpool.inference.check import spot_check_rows
-from proofpool.model.build import ModelSpec, create_model, load_model
-from proofpool.model.cache import ensure_devnet_model
-from proofpool.model.tokenizer import VOCAB
-from proofpool.tasks.arithmetic import problem_from_id
+from proofpool.inference.model import load_model
 from tests.fixtures.pytorch_rows import proven_rows, sample_completions
+
+TASKS = ENVIRONMENT.taskset
 
 pytestmark = [pytest.mark.slow]
 
@@ -40,8 +44,12 @@ POOL_ID = 3
 META = RolloutFileMeta(pool_id=POOL_ID, node=NODE)
 SEED = sampling_seed(POOL_ID, NODE, VERSION, BATCH)
 """The files answer the node's batch 2 (its seed and problems), as validators require."""
-RULES = PoolRules(
-    latest_version=VERSION + 1, max_completion_tokens=MAX_TOKENS, batch_size=N_PROBLEMS, group_size=GROUP_SIZE
+RULES = PoolRules.of(
+    ENVIRONMENT,
+    latest_version=VERSION + 1,
+    max_completion_tokens=MAX_TOKENS,
+    batch_size=N_PROBLEMS,
+    group_size=GROUP_SIZE,
 )
 PLUS_ID = VOCAB.index("+")
 """A token the warmed model never writes in an answer: an edit to it trails the sampled token by far."""
@@ -84,7 +92,7 @@ class World:
 def world() -> World:
     path = ensure_devnet_model(progress=None)
     worker_model = load_model(path, "bf16")
-    problems = [problem_from_id(t) for t in task_ids(POOL_ID, NODE, VERSION, BATCH, N_PROBLEMS)]
+    problems = [problem_from_id(t) for t in task_ids(TASKS, POOL_ID, NODE, VERSION, BATCH, N_PROBLEMS)]
     prompts = [p.prompt_tokens() for p in problems for _ in range(GROUP_SIZE)]
     ids = [p.problem_id for p in problems for _ in range(GROUP_SIZE)]
     honest = build_rows(worker_model, prompts, generate(worker_model, prompts), ids)

@@ -18,6 +18,7 @@ import httpx
 import pytest
 from proofpool.devnet.services import wait_until
 from proofpool.worker.journal import BatchState, Journal
+from proofpool_arithmetic.build import init_model
 
 from proofpool.core.rollout import read_rollouts
 from proofpool.infra.chain.bindings import MemberState
@@ -26,7 +27,6 @@ from proofpool.infra.checkpoint import publish_checkpoint
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage import ObjectStore, rollout_key
 from proofpool.infra.storage.seaweed import SeaweedProcess
-from proofpool.model.build import init_model
 from tests.fixtures.market import Market
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]

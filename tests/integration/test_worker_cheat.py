@@ -27,6 +27,9 @@ from eth_account.signers.local import LocalAccount
 from proofpool.devnet.adversary import EXPECTED_REASONS, CheatMode, banner, other_model
 from proofpool.devnet.market import onboard_node
 from proofpool.devnet.services import Service, wait_until
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.build import init_model
+from proofpool_arithmetic.cache import ensure_devnet_model
 
 from proofpool.infra.chain.anvil import free_port
 from proofpool.infra.chain.bindings import MemberState, WorkStatus, reason_text
@@ -37,8 +40,6 @@ from proofpool.infra.checkpoint import publish_checkpoint
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage import ObjectStore
 from proofpool.infra.storage.seaweed import SeaweedProcess
-from proofpool.model.build import init_model
-from proofpool.model.cache import ensure_devnet_model
 from tests.fixtures.market import Market
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
@@ -99,7 +100,7 @@ def drill(
     # no two race to build the same one.
     ensure_devnet_model(progress=None)
     if CheatMode.OTHER_MODEL in selected:
-        other_model()
+        other_model(ENVIRONMENT)
     validator = market.stack.spawn(
         "validator",
         ["validator", "run", "--key", market.stack.cast.validator.key.hex(), "--concurrency", "1",

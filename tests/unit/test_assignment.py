@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.task import problem_from_id
 
 from proofpool.core.assignment import (
     DEFAULT_ASSIGNMENT,
@@ -14,7 +16,8 @@ from proofpool.core.assignment import (
     sampling_seed,
     task_ids,
 )
-from proofpool.tasks.arithmetic import problem_from_id
+
+TASKS = ENVIRONMENT.taskset
 
 NODE = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 OTHER = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
@@ -22,7 +25,7 @@ OTHER = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"
 
 def test_same_inputs_give_the_same_assignment() -> None:
     checkpoint = Checkpoint(3, b"\x01" * 32, "s3://c/3")
-    assert assign(1, NODE, checkpoint, 5) == assign(1, NODE, checkpoint, 5)
+    assert assign(TASKS, 1, NODE, checkpoint, 5) == assign(TASKS, 1, NODE, checkpoint, 5)
 
 
 def test_address_case_does_not_matter() -> None:
@@ -37,7 +40,7 @@ def test_address_case_does_not_matter() -> None:
 def test_every_input_changes_seed_and_tasks(changed: tuple[int, str, int, int]) -> None:
     base = (1, NODE, 0, 0)
     assert sampling_seed(*changed) != sampling_seed(*base)
-    assert task_ids(*changed, count=8) != task_ids(*base, count=8)
+    assert task_ids(TASKS, *changed, count=8) != task_ids(TASKS, *base, count=8)
 
 
 def test_seed_is_uint64_and_pinned() -> None:
@@ -45,12 +48,12 @@ def test_seed_is_uint64_and_pinned() -> None:
     assert 0 <= seed < 2**64
     # pinned: a changed derivation would silently desynchronise workers and validators
     assert seed == 5162022723594674864
-    assert task_ids(1, NODE, 0, 0, count=3) == ("add-75-49", "add-1-15", "add-59-84")
+    assert task_ids(TASKS, 1, NODE, 0, 0, count=3) == ("add-75-49", "add-1-15", "add-59-84")
     assert derive_seed(b"sampling", 1, NODE, 0, 0) != derive_seed(b"problems", 1, NODE, 0, 0)
 
 
 def test_task_ids_are_real_problem_ids() -> None:
-    ids = task_ids(7, NODE, 2, 9, count=32)
+    ids = task_ids(TASKS, 7, NODE, 2, 9, count=32)
     assert len(ids) == 32
     for problem_id in ids:
         assert problem_from_id(problem_id).problem_id == problem_id
@@ -60,16 +63,16 @@ def test_config_overrides_and_defaults() -> None:
     config = DEFAULT_ASSIGNMENT.with_overrides(batch_size=3, group_size=None, max_tokens=16)
     assert config == AssignmentConfig(batch_size=3, group_size=DEFAULT_ASSIGNMENT.group_size, max_tokens=16)
     assert DEFAULT_ASSIGNMENT.with_overrides() is DEFAULT_ASSIGNMENT
-    assignment = assign(1, NODE, Checkpoint(), 0, config)
+    assignment = assign(TASKS, 1, NODE, Checkpoint(), 0, config)
     assert (len(assignment.task_ids), assignment.group_size, assignment.max_tokens) == (3, 8, 16)
     assert assignment.checkpoint == Checkpoint(0, None, None)
 
 
 def test_the_temperature_is_the_pools_and_rounded_as_rows_store_it() -> None:
     config = DEFAULT_ASSIGNMENT.with_overrides(temperature=0.7)
-    assignment = assign(1, NODE, Checkpoint(), 0, config)
+    assignment = assign(TASKS, 1, NODE, Checkpoint(), 0, config)
     assert assignment.temperature == float(np.float32(0.7)) != 0.7
-    assert assign(1, NODE, Checkpoint(), 0).temperature == 1.0
+    assert assign(TASKS, 1, NODE, Checkpoint(), 0).temperature == 1.0
 
 
 @pytest.mark.parametrize("value", [0.0, 0.04, 10.5, float("nan"), float("inf")])

@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from proofpool_arithmetic.build import ModelManifest, ModelSpec, create_model, init_model, save_model
 from safetensors import safe_open
 
+from proofpool.inference.model import load_model
 from proofpool.infra.checkpoint import MANIFEST_NAME, CheckpointError, Reason, parse_manifest, write_checkpoint
 from proofpool.infra.checkpoint.shards import INDEX_NAME, WEIGHTS_NAME
-from proofpool.model.build import ModelManifest, ModelSpec, create_model, init_model, load_model, save_model
 
 SPEC = ModelSpec(seed=3, hidden=64, layers=2, heads=2)
 SHARD = 40_000

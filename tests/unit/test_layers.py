@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools.check_layers import LAYERS, REPO_ROOT, Violation, check, discover, package_folders
+from tools.check_layers import LAYERS, REPO_ROOT, Violation, check, discover, environment_folders, package_folders
 
 
 def test_the_code_keeps_its_layers() -> None:
@@ -20,19 +20,25 @@ def test_the_code_keeps_its_layers() -> None:
 
 
 def test_every_installed_package_has_a_layer() -> None:
-    folders = package_folders()
-    assert set(folders) >= {"proofpool", "proofpool.backend", "proofpool.cli", "proofpool.devnet"}
+    folders = {**package_folders(), **environment_folders()}
+    assert set(folders) >= {
+        "proofpool",
+        "proofpool.backend",
+        "proofpool.cli",
+        "proofpool.devnet",
+        "proofpool_arithmetic",
+    }
     modules = discover(folders)
     assert "proofpool.backend.app" in modules and "proofpool.core.errors" in modules
     assert [problem for problem in check(modules) if isinstance(problem, str)] == []
-    assert [layer.name for layer in LAYERS] == ["applications", "services", "adapters", "core"]
+    assert [layer.name for layer in LAYERS] == ["environments", "applications", "services", "adapters", "core"]
 
 
 def _with(tmp_path: Path, name: str, source: str) -> dict[str, Path]:
     """The real modules plus one scratch module `name` holding `source`."""
     path = tmp_path / (name.rsplit(".", 1)[-1] + ".py")
     path.write_text(source)
-    return {**discover(package_folders()), name: path}
+    return {**discover({**package_folders(), **environment_folders()}), name: path}
 
 
 def test_an_upward_import_breaks_the_check(tmp_path: Path) -> None:
@@ -58,3 +64,16 @@ def test_the_applications_are_imported_by_nobody(tmp_path: Path) -> None:
 def test_a_module_outside_every_layer_is_reported(tmp_path: Path) -> None:
     modules = _with(tmp_path, "proofpool.stray", "")
     assert any(isinstance(p, str) and "proofpool.stray belongs to no layer" in p for p in check(modules))
+
+
+def test_no_product_module_imports_an_environment(tmp_path: Path) -> None:
+    """Environments are found through their entry point, even by the devnet."""
+    modules = _with(tmp_path, "proofpool.devnet.shortcut", "from proofpool_arithmetic.task import reward\n")
+    [violation] = [p for p in check(modules) if isinstance(p, Violation) and p.importer == "proofpool.devnet.shortcut"]
+    assert violation.why == "applications may not import environments"
+
+
+def test_an_environment_imports_no_service(tmp_path: Path) -> None:
+    modules = _with(tmp_path, "proofpool_arithmetic.peek", "import proofpool.validator.store\n")
+    [violation] = [p for p in check(modules) if isinstance(p, Violation) and p.importer == "proofpool_arithmetic.peek"]
+    assert violation.why == "environments may not import services"

@@ -7,17 +7,9 @@ import contextlib
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from proofpool.backend.db.ledger import (
-    MAX_CURSOR_CHARS,
-    NODES,
-    POOLS,
-    REWARDS,
-    SUBMISSIONS,
-    InvalidCursor,
-    decode_cursor,
-    encode_cursor,
-    page_sql,
-)
+from proofpool.backend.db.ledger import InvalidCursor, decode_cursor, encode_cursor, page_sql
+
+from proofpool.core.ledger_listings import MAX_CURSOR_CHARS, NODES, POOLS, REWARDS, SUBMISSIONS
 
 POSITIONS = st.integers(min_value=0, max_value=2**63 - 1)
 

@@ -12,6 +12,8 @@ import math
 
 import pytest
 import torch
+from proofpool_arithmetic.build import ModelSpec, create_model
+from proofpool_arithmetic.tokenizer import EOS_ID
 
 from proofpool.core.rollout import RolloutSample
 from proofpool.core.sampling import SamplingInput, sample_tokens, scores, verify, verify_batch
@@ -25,8 +27,6 @@ from proofpool.inference.check import (
     spot_check_rows,
 )
 from proofpool.inference.prefill import prefill, prefill_batch
-from proofpool.model.build import ModelSpec, create_model
-from proofpool.model.tokenizer import EOS_ID
 
 VOCAB, EOS = 1000, 999
 

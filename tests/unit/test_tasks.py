@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import pytest
-
-from proofpool.model.tokenizer import BOS_ID, EOS_ID, PAD_ID, encode_text
-from proofpool.tasks.arithmetic import (
+from proofpool_arithmetic.task import (
     MAX_OPERAND,
     InvalidProblemId,
     Problem,
@@ -14,6 +12,7 @@ from proofpool.tasks.arithmetic import (
     problem_from_id,
     reward,
 )
+from proofpool_arithmetic.tokenizer import BOS_ID, EOS_ID, PAD_ID, encode_text
 
 
 def test_generator_is_seeded_and_independent_of_global_random_state() -> None:

@@ -7,20 +7,17 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from proofpool.inference.prefill import prefill, prefill_batch
-from proofpool.model.build import (
+from proofpool_arithmetic.build import (
     MANIFEST_NAME,
-    ModelNotFound,
     ModelSpec,
     create_model,
     init_model,
-    load_model,
     read_manifest,
     settings_digest,
 )
-from proofpool.model.cache import CACHE_ENV, devnet_model_path, ensure_devnet_model, model_cache_dir
-from proofpool.model.tokenizer import (
+from proofpool_arithmetic.cache import CACHE_ENV, devnet_model_path, ensure_devnet_model, model_cache_dir
+from proofpool_arithmetic.task import Problem
+from proofpool_arithmetic.tokenizer import (
     BOS_ID,
     EOS_ID,
     PAD_ID,
@@ -30,8 +27,10 @@ from proofpool.model.tokenizer import (
     encode_text,
     save_tokenizer,
 )
-from proofpool.model.warmup import WarmupSpec, warmup
-from proofpool.tasks.arithmetic import Problem
+from proofpool_arithmetic.warmup import WarmupSpec, warmup
+
+from proofpool.inference.model import ModelNotFound, load_model
+from proofpool.inference.prefill import prefill, prefill_batch
 
 TINY = ModelSpec(seed=0, hidden=64, layers=2, heads=2)
 """Smaller than the devnet default so the unit tests stay fast."""
@@ -159,8 +158,8 @@ def test_warmup_is_deterministic(tmp_path: Path) -> None:
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
 
 
-def test_cli_model_init_warmup_and_path(tmp_path: Path) -> None:
-    from proofpool.cli.model import app
+def test_the_arithmetic_cli_inits_warms_up_and_locates_a_model(tmp_path: Path) -> None:
+    from proofpool_arithmetic.cli import app
     from typer.testing import CliRunner
 
     runner = CliRunner()

@@ -10,10 +10,10 @@ import torch
 from proofpool.trainer.batch import make_batch, offline_filter, pass_rates, token_logprobs, token_logprobs_and_entropy
 from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.step import grpo_step, make_optimizer
+from proofpool_arithmetic.build import ModelSpec, create_model
+from proofpool_arithmetic.tokenizer import EOS_ID, PAD_ID
 
 from proofpool.core.rollout import RolloutSample
-from proofpool.model.build import ModelSpec, create_model
-from proofpool.model.tokenizer import EOS_ID, PAD_ID
 
 P = PAD_ID
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 from proofpool.trainer.batch import behavior_key, completion_logprobs, make_batch, place_logprobs
 from proofpool.trainer.behavior import BehaviorPolicies, published_weights
+from proofpool_arithmetic.build import ModelSpec, create_model
+from proofpool_arithmetic.task import Problem
 
-from proofpool.model.build import ModelSpec, create_model
-from proofpool.tasks.arithmetic import Problem
 from tests.fixtures.local_rollouts import generate_rollouts
 
 

@@ -10,9 +10,9 @@ import pytest
 import torch
 from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.step import grpo_step, guarded_update, make_optimizer
+from proofpool_arithmetic.build import ModelSpec, create_model
 
 from proofpool.core.rollout import RolloutSample
-from proofpool.model.build import ModelSpec, create_model
 
 TINY = ModelSpec(seed=5, hidden=32, layers=2, heads=1)
 

@@ -22,11 +22,11 @@ from proofpool.trainer.data import RolloutSource, gather
 from proofpool.trainer.screen import POISON_FILE, ModelLimits, PoisonList, Screened, Submission, screen_file
 from proofpool.trainer.state import TrainerState, load_state, save_state
 from proofpool.trainer.step import grpo_step, make_optimizer
+from proofpool_arithmetic.build import ModelSpec, create_model
+from proofpool_arithmetic.tokenizer import MAX_LENGTH, VOCAB_SIZE
 
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.infra.storage import rollout_key
-from proofpool.model.build import ModelSpec, create_model
-from proofpool.model.tokenizer import MAX_LENGTH, VOCAB_SIZE
 
 NODE = "0x976EA74026E726554dB657fA54763abd0C3a0aa9"
 OTHER_NODE = "0x14dC79964da2C08b23698B3D3cc7Ca32193d9955"

@@ -11,8 +11,7 @@ import torch
 from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.state import STATE_FILE, TrainerState, load_state, save_state
 from proofpool.trainer.step import make_optimizer
-
-from proofpool.model.build import ModelSpec, create_model
+from proofpool_arithmetic.build import ModelSpec, create_model
 
 TINY = ModelSpec(seed=5, hidden=32, layers=1, heads=1)
 

@@ -23,22 +23,25 @@ from hypothesis import strategies as st
 from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from proofpool.validator.checks.assignment import BatchIndex
 from proofpool.validator.checks.verdict import json_safe
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.task import Problem, problem_from_id, reward
+from proofpool_arithmetic.tokenizer import EOS_ID, VOCAB_SIZE, encode_text
 
 from proofpool.core.assignment import sampling_seed, task_ids
 from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import ROLLOUT_SCHEMA, RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.core.rollout.io import rollouts_table
 from proofpool.core.rollout.schema import META_SCHEMA_VERSION
-from proofpool.model.tokenizer import EOS_ID, VOCAB_SIZE, encode_text
-from proofpool.tasks.arithmetic import Problem, problem_from_id, reward
+
+TASKS = ENVIRONMENT.taskset
 
 NODE = "0x" + "ab" * 20
 POOL_ID = 7
 VERSION = 3
 META = RolloutFileMeta(pool_id=POOL_ID, node=NODE)
-RULES = PoolRules(latest_version=VERSION, batch_size=3, group_size=4)
+RULES = PoolRules.of(ENVIRONMENT, latest_version=VERSION, batch_size=3, group_size=4)
 BATCH = 5
-PROBLEMS = tuple(problem_from_id(task) for task in task_ids(POOL_ID, NODE, VERSION, BATCH, 3))
+PROBLEMS = tuple(problem_from_id(task) for task in task_ids(TASKS, POOL_ID, NODE, VERSION, BATCH, 3))
 """The problems of the node's batch 5: honest files answer an assignment (`check_assignment`)."""
 SEED = sampling_seed(POOL_ID, NODE, VERSION, BATCH)
 OTHER_NODE = "0x" + "cd" * 20
@@ -598,7 +601,7 @@ def test_json_safe_replaces_non_finite_floats() -> None:
 )
 def test_invalid_pool_rules_are_refused(changes: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
-        PoolRules(latest_version=0, **changes)
+        PoolRules.of(ENVIRONMENT, latest_version=0, **changes)
 
 
 def test_batch_index_finds_batches_and_remembers_them_only_when_found() -> None:

@@ -28,10 +28,10 @@ import pytest
 from proofpool.validator.checks import decode
 from proofpool.validator.checks.decode import ChildLimits, DecodeChildError, run_in_child
 from proofpool.validator.checks.file import parse_file, read_file
+from proofpool_arithmetic.tokenizer import EOS_ID
 
 from proofpool.core.rollout import ROLLOUT_SCHEMA
 from proofpool.infra.config import REPO_ROOT
-from proofpool.model.tokenizer import EOS_ID
 from tests.unit.test_validator_checks import HONEST, META, RULES, cheap, submission
 
 MIB: Final = 2**20

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
 from proofpool.validator.checks.version import check_version
+from proofpool_arithmetic import ENVIRONMENT
 
 WINDOW = 2
 LATEST = 7
@@ -21,8 +22,12 @@ def submission(version: int) -> SubmissionFacts:
 
 
 def rules(published_before: float | None, grace: float = GRACE) -> PoolRules:
-    return PoolRules(
-        latest_version=LATEST, async_window=WINDOW, stale_grace=grace, latest_published_before=published_before
+    return PoolRules.of(
+        ENVIRONMENT,
+        latest_version=LATEST,
+        async_window=WINDOW,
+        stale_grace=grace,
+        latest_published_before=published_before,
     )
 
 
@@ -72,6 +77,6 @@ def test_the_grace_never_admits_a_version_above_the_latest() -> None:
 
 def test_without_the_facts_the_rules_keep_the_strict_window() -> None:
     """Callers that build PoolRules without the publication time (auditors offline) get no grace."""
-    strict = PoolRules(latest_version=LATEST, async_window=WINDOW)
+    strict = PoolRules.of(ENVIRONMENT, latest_version=LATEST, async_window=WINDOW)
     verdict = check_version(submission(ONE_BELOW), strict)
     assert verdict is not None and verdict.reason == "stale_model_version"

@@ -32,13 +32,16 @@ from proofpool.devnet.adversary import (
 from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
 from proofpool.worker.journal import BatchState, JournalEntry
 from proofpool.worker.rollout import RolloutFile, work_units
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.task import Problem, problem_from_id, reward
+from proofpool_arithmetic.tokenizer import EOS_ID, decode_tokens, encode_text
 
 from proofpool.core.assignment import sampling_seed, task_ids
 from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.infra.http.node_api import Assignment
-from proofpool.model.tokenizer import EOS_ID, decode_tokens, encode_text
-from proofpool.tasks.arithmetic import Problem, problem_from_id, reward
+
+TASKS = ENVIRONMENT.taskset
 
 NODE = "0x" + "cd" * 20
 POOL_ID = 3
@@ -81,7 +84,7 @@ def generated_rows(
 
 def assigned_rows(version: int = VERSION) -> list[RolloutSample]:
     """`generated_rows` for the node's batch 1 of `version`: its problems and its sampling seed."""
-    problems = tuple(problem_from_id(t) for t in task_ids(POOL_ID, NODE, version, BATCH, len(PROBLEMS)))
+    problems = tuple(problem_from_id(t) for t in task_ids(TASKS, POOL_ID, NODE, version, BATCH, len(PROBLEMS)))
     return generated_rows(version, problems, sampling_seed(POOL_ID, NODE, version, BATCH))
 
 
@@ -92,7 +95,8 @@ def cheap_verdict(
     (and without the assignment check unless asked: `generated_rows` answers no assignment)."""
     data = rollouts_bytes(META, rows)
     sub = SubmissionFacts(POOL_ID, hashlib.sha256(data).digest(), NODE, work_units(rows), version)
-    rules = PoolRules(
+    rules = PoolRules.of(
+        ENVIRONMENT,
         latest_version=latest,
         check_assignment=assignment,
         max_completion_tokens=MAX_TOKENS,
@@ -109,14 +113,14 @@ def test_the_honest_fixture_is_accepted_and_has_wrong_answers_to_cheat_on() -> N
 
 
 def test_correct_completion_is_the_answer_then_eos() -> None:
-    assert correct_completion("add-99-99", MAX_TOKENS) == (*encode_text("198"), EOS_ID)
-    assert decode_tokens(correct_completion("add-3-4", MAX_TOKENS)) == "7"
-    assert correct_completion("add-99-99", 2) == tuple(encode_text("19"))  # cut at the budget
+    assert correct_completion(ENVIRONMENT, "add-99-99", MAX_TOKENS) == (*encode_text("198"), EOS_ID)
+    assert decode_tokens(correct_completion(ENVIRONMENT, "add-3-4", MAX_TOKENS)) == "7"
+    assert correct_completion(ENVIRONMENT, "add-99-99", 2) == tuple(encode_text("19"))  # cut at the budget
 
 
 def test_edit_tokens_makes_every_answer_right_with_matching_rewards_and_advantages() -> None:
     honest = generated_rows()
-    edited, changed = edit_to_correct_answers(honest, MAX_TOKENS)
+    edited, changed = edit_to_correct_answers(ENVIRONMENT, honest, MAX_TOKENS)
 
     assert changed == sum(r.reward == 0.0 for r in honest) > 0
     assert [r.reward for r in edited] == [1.0] * len(honest)
@@ -138,7 +142,7 @@ def test_edit_tokens_makes_every_answer_right_with_matching_rewards_and_advantag
 def test_edit_tokens_recomputes_advantages_of_groups_it_cannot_make_all_right() -> None:
     honest = generated_rows()
     # A budget of 2 tokens cannot hold "198": the 99+99 group keeps a wrong row, so mixed rewards.
-    edited, _ = edit_to_correct_answers(honest, 2)
+    edited, _ = edit_to_correct_answers(ENVIRONMENT, honest, 2)
     assert edited[9].completion_tokens == tuple(encode_text("19")) and edited[9].reward == 0.0
     assert {r.reward for r in edited[8:12]} == {0.0, 1.0}
     expected = group_advantages([r.reward for r in edited], [r.group_id for r in edited])
@@ -218,7 +222,7 @@ def rows_of(file: RolloutFile) -> list[RolloutSample]:
 def test_a_cheater_says_it_is_cheating(caplog: pytest.LogCaptureFixture) -> None:
     said: list[str] = []
     with caplog.at_level(logging.WARNING, logger="proofpool.devnet.adversary"):
-        cheater = Cheater(CheatMode.EDIT_TOKENS, said.append)
+        cheater = Cheater(CheatMode.EDIT_TOKENS, ENVIRONMENT, said.append)
         cheater.make_file(assignment(), META, honest_file)
     assert all("CHEATING (edit-tokens)" in line for line in said) and len(said) == 2
     assert "rewrote" in said[1]
@@ -226,7 +230,7 @@ def test_a_cheater_says_it_is_cheating(caplog: pytest.LogCaptureFixture) -> None
 
 
 def test_stale_version_hooks_resolve_version_zero_and_claim_it_in_file_and_on_chain() -> None:
-    cheater = Cheater(CheatMode.STALE_VERSION, lambda _line: None)
+    cheater = Cheater(CheatMode.STALE_VERSION, ENVIRONMENT, lambda _line: None)
     asked: list[Assignment] = []
 
     def resolve(a: Assignment) -> Path:
@@ -245,7 +249,7 @@ def test_stale_version_hooks_resolve_version_zero_and_claim_it_in_file_and_on_ch
 
 
 def test_replay_hook_is_honest_once_then_replays_without_generating() -> None:
-    cheater = Cheater(CheatMode.REPLAY, lambda _line: None)
+    cheater = Cheater(CheatMode.REPLAY, ENVIRONMENT, lambda _line: None)
     generated = 0
 
     def generate() -> RolloutFile:
@@ -271,7 +275,7 @@ def test_replay_hook_is_honest_once_then_replays_without_generating() -> None:
 @pytest.mark.parametrize("mode", [CheatMode.OTHER_MODEL, CheatMode.EDIT_TOKENS, CheatMode.REPLAY])
 def test_only_stale_version_changes_the_version_sent_on_chain(mode: CheatMode) -> None:
     entry: Any = JournalEntry(POOL_ID, 5, 0, b"\x00" * 32, 1, 1, BatchState.WRITTEN, False, None, None)
-    assert Cheater(mode, lambda _line: None).on_chain(entry) == entry
+    assert Cheater(mode, ENVIRONMENT, lambda _line: None).on_chain(entry) == entry
 
 
 def test_the_cli_offers_the_cheat_modes() -> None:

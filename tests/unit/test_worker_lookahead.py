@@ -9,9 +9,12 @@ from pathlib import Path
 import pytest
 from proofpool.worker.lookahead import Generated, Lookahead, next_assignment
 from proofpool.worker.rollout import RolloutFile
+from proofpool_arithmetic import ENVIRONMENT
 
 from proofpool.core.assignment import AssignmentConfig, Checkpoint, assign
 from proofpool.infra.http.node_api import Assignment, Heartbeat
+
+TASKS = ENVIRONMENT.taskset
 
 NODE = "0x70997970C51812dc3A010C7d01b50e0d17dc79C8"
 CONFIG = AssignmentConfig(batch_size=5, group_size=3, max_tokens=6, temperature=0.7)
@@ -20,7 +23,7 @@ CHECKPOINT = Checkpoint(4, b"\x07" * 32, "s3://bucket/pools/2/checkpoints/4/")
 
 def as_sent(batch: int) -> Assignment:
     """What the backend's heartbeat carries for `batch` (proofpool.backend.api.orchestrator's fields)."""
-    a = assign(2, NODE, CHECKPOINT, batch, CONFIG)
+    a = assign(TASKS, 2, NODE, CHECKPOINT, batch, CONFIG)
     return Assignment.from_json(
         {
             "pool_id": a.pool_id,
@@ -42,8 +45,8 @@ def beat(assignment: Assignment | None) -> Heartbeat:
 
 
 def test_the_batch_worked_out_ahead_is_the_one_the_backend_assigns_next() -> None:
-    assert next_assignment(as_sent(7), NODE) == as_sent(8)
-    assert next_assignment(as_sent(7), NODE) != as_sent(9)
+    assert next_assignment(TASKS, as_sent(7), NODE) == as_sent(8)
+    assert next_assignment(TASKS, as_sent(7), NODE) != as_sent(9)
 
 
 def test_generation_runs_while_the_heartbeat_is_in_flight() -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 from proofpool.worker.rollout import plan_batch, work_units
+from proofpool_arithmetic import ENVIRONMENT
+from proofpool_arithmetic.task import InvalidProblemId, problem_from_id
 
 from proofpool.core.rollout import RolloutSample
-from proofpool.tasks.arithmetic import InvalidProblemId, problem_from_id
 
 
 def test_rows_follow_tasks_and_groups_with_sample_index_equal_to_row() -> None:
-    plan = plan_batch(["add-1-2", "add-30-4"], group_size=3, sampling_seed=99, temperature=0.5, max_tokens=5)
+    plan = plan_batch(
+        ENVIRONMENT.taskset, ["add-1-2", "add-30-4"], group_size=3, sampling_seed=99, temperature=0.5, max_tokens=5
+    )
     assert plan.problem_ids == ("add-1-2",) * 3 + ("add-30-4",) * 3
     assert plan.group_ids == (0, 0, 0, 1, 1, 1)
     assert [r.sampler.sample_index for r in plan.requests] == list(range(6))
@@ -21,7 +24,9 @@ def test_rows_follow_tasks_and_groups_with_sample_index_equal_to_row() -> None:
 
 def test_a_bad_task_id_is_refused_before_generation() -> None:
     with pytest.raises(InvalidProblemId):
-        plan_batch(["add-1-2", "rm -rf"], group_size=2, sampling_seed=1, temperature=1.0, max_tokens=4)
+        plan_batch(
+            ENVIRONMENT.taskset, ["add-1-2", "rm -rf"], group_size=2, sampling_seed=1, temperature=1.0, max_tokens=4
+        )
 
 
 def test_work_units_count_completion_tokens() -> None:

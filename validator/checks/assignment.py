@@ -103,7 +103,7 @@ def check_assignment(
     layout = _layout_error(samples, rules)
     if layout is not None:
         return reject("group_layout", rows, batch=batch, **layout)
-    expected = task_ids(sub.pool_id, sub.node, sub.model_version, batch, rules.batch_size)
+    expected = task_ids(rules.taskset, sub.pool_id, sub.node, sub.model_version, batch, rules.batch_size)
     for row, s in enumerate(samples):
         if s.problem_id != expected[s.group_id]:
             return reject(

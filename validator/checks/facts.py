@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from proofpool.core.assignment import DEFAULT_ASSIGNMENT, MAX_TEMPERATURE, MIN_TEMPERATURE
-from proofpool.model.tokenizer import EOS_ID, VOCAB_SIZE
+from proofpool.core.environment import Environment, Taskset
 
 MIB: Final = 2**20
 
@@ -36,23 +36,26 @@ class SubmissionFacts:
 class PoolRules:
     """The limits a validator enforces for one pool.
 
-    The defaults fit the devnet (its tokenizer, its 64-position model, the orchestrator's default
-    completion budget of 8 tokens). Invalid settings raise ValueError: they are the operator's
-    mistake, not the submitter's.
+    The task set and the token limits come from the pool's environment (`PoolRules.of`), the rest
+    from the pool's assignment settings and the validator's own. Invalid settings raise ValueError:
+    they are the operator's mistake, not the submitter's.
     """
 
     latest_version: int
     """The pool's newest checkpoint version on-chain (0 if none was published)."""
+    taskset: Taskset
+    """The pool's task set: the problems an assignment draws, their prompts and their rewards."""
+    vocab_size: int
+    """Token ids must be below it (the environment's tokenizer)."""
+    eos_token_id: int
+    max_prompt_tokens: int
+    """The environment's longest prompt."""
+    max_completion_tokens: int
+    """The completion budget workers are assigned (`max_tokens`). Also the sampling check's budget: a
+    completion shorter than this must end with EOS, so it must equal what workers were told."""
     async_window: int = 2
     """Accept files generated with versions latest - async_window .. latest (the trainer's async level)."""
     max_rows: int = 4096
-    max_prompt_tokens: int = 32
-    """Arithmetic prompts are at most 7 tokens; prompt + completion must fit the model's 64 positions."""
-    max_completion_tokens: int = 8
-    """The completion budget workers are assigned (`max_tokens`). Also the sampling check's budget: a
-    completion shorter than this must end with EOS, so it must equal what workers were told."""
-    vocab_size: int = VOCAB_SIZE
-    eos_token_id: int = EOS_ID
     temperature: float = DEFAULT_ASSIGNMENT.temperature
     """The pool's sampling temperature (`AssignmentConfig.temperature`): every row must carry it."""
     batch_size: int = DEFAULT_ASSIGNMENT.batch_size
@@ -82,6 +85,19 @@ class PoolRules:
     max_decoded_bytes: int = 256 * MIB
     """Upper bound on the decoded table, estimated from the Parquet footer before anything is
     decompressed: a few KiB of run-length or dictionary encoding can decode to gigabytes."""
+
+    @classmethod
+    def of(cls, environment: Environment, latest_version: int, **values: Any) -> PoolRules:
+        """The rules of a pool running `environment`: its task set and token limits (the completion
+        budget defaults to the environment's; a pool's assignment settings override it)."""
+        tokens = environment.tokens
+        limits = {
+            "vocab_size": tokens.vocab_size,
+            "eos_token_id": tokens.eos_id,
+            "max_prompt_tokens": tokens.max_prompt_tokens,
+            "max_completion_tokens": tokens.max_completion_tokens,
+        }
+        return cls(latest_version=latest_version, taskset=environment.taskset, **{**limits, **values})
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "max_prompt_tokens", "max_completion_tokens", "vocab_size"):

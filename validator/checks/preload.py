@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Sequence
 
 from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
 from proofpool.validator.checks.file import ParsedFile, parse_file
@@ -20,6 +21,19 @@ from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_byte
 log = logging.getLogger(__name__)
 
 _NODE = "0x" + "00" * 20
+
+
+class _NoTasks:
+    """The warm-up's task set: parsing never asks it anything."""
+
+    def draw(self, seed: int, count: int) -> list[str]:
+        raise NotImplementedError
+
+    def prompt_tokens(self, problem_id: str) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def score(self, problem_id: str, completion_tokens: Sequence[int]) -> float:
+        raise NotImplementedError
 
 
 def warm_up() -> None:
@@ -38,7 +52,18 @@ def warm_up() -> None:
     )
     data = rollouts_bytes(RolloutFileMeta(0, _NODE), [row])
     sub = SubmissionFacts(0, hashlib.sha256(data).digest(), _NODE, 1, 0)
-    parsed = parse_file(data, sub, PoolRules(latest_version=0))
+    # Parsing reads limits only; no problem is looked up, so no pool's environment is needed.
+    rules = PoolRules(
+        latest_version=0,
+        taskset=_NoTasks(),
+        vocab_size=2,
+        eos_token_id=1,
+        max_prompt_tokens=1,
+        max_completion_tokens=1,
+        batch_size=1,
+        group_size=1,
+    )
+    parsed = parse_file(data, sub, rules)
     if not isinstance(parsed, ParsedFile):  # the warm-up file is valid: a failure here is a bug
         raise RuntimeError(f"the forkserver's warm-up file was refused: {parsed}")
 

@@ -81,7 +81,7 @@ def _check_rows(
     if recomputed.rejection is not None:
         return recomputed.rejection
     counted = {"checked_rows": recomputed.checked_rows, "checked_tokens": recomputed.checked_tokens}
-    rejected = check_scoring(samples, sub)
+    rejected = check_scoring(samples, sub, rules.taskset)
     if rejected is not None:
         return dataclasses.replace(rejected, **counted)
     work_units = sum(len(s.completion_tokens) for s in samples)

@@ -1,6 +1,6 @@
 """Checks 6-8: what the file says about its samples' value, recomputed from the samples alone.
 
-Rewards come from the task's verifier (`proofpool.tasks.arithmetic.reward`, the function workers
+Rewards come from the pool's task set (`Taskset.score`, what workers
 call), advantages from `proofpool.core.rl.advantages.group_advantages` over the recomputed rewards, and
 work units are the completion tokens. The trainer learns from the prompt, the completion and the
 advantage, so the checks also tie each row's prompt to its problem id and each group to one
@@ -17,16 +17,16 @@ import numpy as np
 from proofpool.validator.checks.facts import SubmissionFacts
 from proofpool.validator.checks.verdict import Verdict, quote, reject
 
+from proofpool.core.environment import InvalidProblemId, Taskset
 from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import RolloutSample
-from proofpool.tasks.arithmetic import InvalidProblemId, Problem, problem_from_id, reward
 
 ADVANTAGE_TOLERANCE: Final = 1e-5
 """Absolute, in reward units. `group_advantages` is deterministic in float32, so an honest file
 matches exactly; the tolerance only spares a writer that sums a group in another order."""
 
 
-def check_scoring(samples: Sequence[RolloutSample], sub: SubmissionFacts) -> Verdict | None:
+def check_scoring(samples: Sequence[RolloutSample], sub: SubmissionFacts, taskset: Taskset) -> Verdict | None:
     """Problem ids, prompts, rewards, groups, advantages and work units, or the first rejection.
 
     Reasons, in order: `bad_problem_id`, `prompt_mismatch` (prompt tokens are not the problem's
@@ -34,14 +34,16 @@ def check_scoring(samples: Sequence[RolloutSample], sub: SubmissionFacts) -> Ver
     `advantage_mismatch` (beyond ADVANTAGE_TOLERANCE), `work_units_mismatch`.
     """
     rows = len(samples)
-    problems: list[Problem] = []
+    prompts: dict[str, tuple[int, ...]] = {}
     for row, s in enumerate(samples):
+        if s.problem_id in prompts:
+            continue
         try:
-            problems.append(problem_from_id(s.problem_id))
+            prompts[s.problem_id] = tuple(taskset.prompt_tokens(s.problem_id))
         except InvalidProblemId:
             return reject("bad_problem_id", rows, row=row, problem_id=quote(s.problem_id))
-    for row, (s, problem) in enumerate(zip(samples, problems, strict=True)):
-        expected_prompt = tuple(problem.prompt_tokens())
+    for row, s in enumerate(samples):
+        expected_prompt = prompts[s.problem_id]
         if s.prompt_tokens != expected_prompt:
             return reject(
                 "prompt_mismatch",
@@ -51,7 +53,7 @@ def check_scoring(samples: Sequence[RolloutSample], sub: SubmissionFacts) -> Ver
                 prompt_tokens=list(s.prompt_tokens),
                 expected=list(expected_prompt),
             )
-    rewards = [reward(problem, s.completion_tokens) for s, problem in zip(samples, problems, strict=True)]
+    rewards = [taskset.score(s.problem_id, s.completion_tokens) for s in samples]
     for row, (s, expected) in enumerate(zip(samples, rewards, strict=True)):
         if np.float32(s.reward) != np.float32(expected):
             evidence = {"row": row, "problem_id": s.problem_id, "claimed": s.reward, "expected": expected}

@@ -1,6 +1,9 @@
 """The public ledger API (`/v1/ledger/`, see docs/ledger.md) as seen by its clients: the auditors'
 `proofpool ledger` commands and the provider's `proofpool provider status`. Unsigned reads.
 
+A `resource` is a listing's name (`proofpool.core.ledger_listings.LISTINGS`), its filters are the
+listing's filters; the client passes them on as they are and the API checks them.
+
 An unreachable backend is a `ServiceUnavailable` naming the URL; a 4xx/5xx answer is a
 `LedgerRefused` carrying the API's error code, so callers branch on data, not on messages.
 
@@ -19,9 +22,7 @@ from typing import Any
 import httpx
 
 from proofpool.core.errors import ProofpoolError, ServiceUnavailable
-
-MAX_LIMIT = 1000
-"""Largest page the API serves."""
+from proofpool.core.ledger_listings import MAX_PAGE_ROWS
 
 
 class LedgerRefused(ProofpoolError):
@@ -88,7 +89,7 @@ class LedgerClient:
     def items(self, resource: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
         """Every row of `resource` matching `filters`, following cursors in the largest pages."""
         rows: list[dict[str, Any]] = []
-        for page in self.pages(resource, {**filters, "limit": MAX_LIMIT}, follow=True):
+        for page in self.pages(resource, {**filters, "limit": MAX_PAGE_ROWS}, follow=True):
             rows += page["items"]
         return rows
 

@@ -13,21 +13,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from proofpool.core.errors import ProofpoolError
-from proofpool.model.tokenizer import decode_tokens, encode_text
+from proofpool.core.environment import InvalidProblemId
+from proofpool_arithmetic.tokenizer import decode_tokens, encode_text
 
 MAX_OPERAND: Final = 99
 """Operands are drawn from 0..MAX_OPERAND, so answers are at most 198 (three digits)."""
 ANSWER_MAX_TOKENS: Final = 4
 """Enough tokens for the longest answer (3 digits) plus `<eos>`."""
+MAX_PROMPT_TOKENS: Final = 32
+"""The prompt bound validators enforce: room above the 7 tokens of the longest prompt
+(`<bos>99+99=`), and with an 8-token completion well inside the model's 64 positions."""
 
 _ID_PATTERN: Final = re.compile(r"add-(0|[1-9]\d?)-(0|[1-9]\d?)")
 """Canonical ids only (no leading zeros), so one problem has exactly one id."""
 _ANSWER_PATTERN: Final = re.compile(r"\s*(\d{1,6})\s*")
-
-
-class InvalidProblemId(ProofpoolError):
-    """A problem id does not name an arithmetic problem (e.g. a tampered rollout row)."""
 
 
 @dataclass(frozen=True)

@@ -17,24 +17,16 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field, is_dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final
 
-from proofpool.core.errors import ProofpoolError
-from proofpool.model.tokenizer import BOS_ID, EOS_ID, MAX_LENGTH, PAD_ID, VOCAB, VOCAB_SIZE, save_tokenizer
+from proofpool_arithmetic.tokenizer import BOS_ID, EOS_ID, MAX_LENGTH, PAD_ID, VOCAB, VOCAB_SIZE, save_tokenizer
 
 if TYPE_CHECKING:
-    import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
 MANIFEST_NAME: Final = "proofpool-model.json"
 BUILD_VERSION: Final = 1
 """Bump when the builder or warm-up changes what a given set of settings produces."""
-
-Precision = Literal["bf16", "fp32"]
-
-
-class ModelNotFound(ProofpoolError):
-    """A directory does not hold a proofpool model (no manifest or weights)."""
 
 
 @dataclass(frozen=True)
@@ -178,20 +170,3 @@ def init_model(
         max_positions=max_positions,
     )
     return save_model(create_model(spec), Path(path), ModelManifest(spec=spec))
-
-
-def torch_dtype(precision: Precision) -> torch.dtype:
-    """The torch dtype of a precision name."""
-    import torch
-
-    return {"bf16": torch.bfloat16, "fp32": torch.float32}[precision]
-
-
-def load_model(path: Path, precision: Precision = "fp32") -> LlamaForCausalLM:
-    """Load the model saved in `path` for inference, in eval mode, in the given precision."""
-    from transformers import LlamaForCausalLM
-
-    if not (Path(path) / "config.json").is_file():
-        raise ModelNotFound(f"no model in {path} (config.json missing); run `proofpool model init`")
-    model = LlamaForCausalLM.from_pretrained(str(path), dtype=torch_dtype(precision))
-    return model.eval()

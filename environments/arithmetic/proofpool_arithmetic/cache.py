@@ -19,7 +19,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Final
 
-from proofpool.model.build import (
+from proofpool_arithmetic.build import (
     ModelManifest,
     ModelSpec,
     create_model,
@@ -27,7 +27,7 @@ from proofpool.model.build import (
     save_model,
     settings_digest,
 )
-from proofpool.model.warmup import Progress, WarmupSpec, warmup
+from proofpool_arithmetic.warmup import Progress, WarmupSpec, warmup
 
 CACHE_ENV: Final = "PROOFPOOL_MODEL_CACHE"
 """Environment variable that overrides the cache directory."""

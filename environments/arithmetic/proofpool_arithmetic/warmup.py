@@ -7,7 +7,7 @@ devnet's reward curve has room to rise.
 
 The run is a pure function of (model spec, warm-up settings): it always starts from the seeded
 initial weights, draws its data from `WarmupSpec.data_seed` and never touches global RNG
-state, which is what lets `proofpool.model.cache` address warmed models by a hash of those
+state, which is what lets `proofpool_arithmetic.cache` address warmed models by a hash of those
 settings. Accuracy is measured exactly, without sampling: teacher forcing gives the probability
 that a sample at T=1 is exactly right, and whether greedy decoding would be.
 """
@@ -15,14 +15,16 @@ that a sample at T=1 is exactly right, and whether greedy decoding would be.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from proofpool.model.build import ModelManifest, ModelNotFound, create_model, read_manifest, save_model
-from proofpool.model.tokenizer import EOS_ID, PAD_ID, encode_text
-from proofpool.tasks.arithmetic import Problem, generate_problems
+from proofpool.core.environment import Progress
+from proofpool.inference.model import ModelNotFound
+from proofpool_arithmetic.build import ModelManifest, create_model, read_manifest, save_model
+from proofpool_arithmetic.task import Problem, generate_problems
+from proofpool_arithmetic.tokenizer import EOS_ID, PAD_ID, encode_text
 
 if TYPE_CHECKING:
     import torch
@@ -30,8 +32,6 @@ if TYPE_CHECKING:
 
 IGNORE_INDEX = -100
 """Label of positions that carry no loss (prompt and padding), as transformers expects."""
-
-Progress = Callable[[str], None]
 
 
 @dataclass(frozen=True)
@@ -175,7 +175,7 @@ def warmup(path: Path, spec: WarmupSpec | None = None, progress: Progress | None
     path = Path(path)
     manifest = read_manifest(path)
     if manifest is None:
-        raise ModelNotFound(f"no proofpool model in {path}; run `proofpool model init` first")
+        raise ModelNotFound(f"no proofpool model in {path}; run `proofpool-arithmetic init` first")
     if manifest.warmup == asdict(spec):
         if progress:
             progress(f"{path} is already warmed up with these settings")

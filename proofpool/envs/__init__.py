@@ -1,0 +1,74 @@
+"""A pool's environment, found from the `modelUri` it was created with.
+
+Environments are plugins: a package declares one in the entry point group
+`proofpool.environments`, named by the URI scheme its pools use (the arithmetic devnet
+environment, `environments/arithmetic/`, answers `devnet://...`). No product module imports an
+environment package; every role resolves the pool's URI here, so a pool that brings its own
+model and task set needs a package installed, not a change to proofpool.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Final
+
+from proofpool.core.environment import Environment, Progress
+from proofpool.core.errors import ProofpoolError
+
+ENTRY_POINT_GROUP: Final = "proofpool.environments"
+
+
+class UnknownEnvironment(ProofpoolError):
+    """No installed environment serves a pool's model URI."""
+
+
+class UnknownBaseModel(ProofpoolError):
+    """The pool's base model can be neither built by its environment nor found in a given directory."""
+
+
+def scheme(model_uri: str) -> str:
+    """The URI's scheme (`devnet` of `devnet://tiny-llama/arithmetic-add-100`), which names its environment."""
+    name, separator, rest = model_uri.partition("://")
+    if not separator or not name or not rest:
+        raise UnknownEnvironment(f"pool model {model_uri!r} is not a URI (expected scheme://...)")
+    return name.lower()
+
+
+def installed() -> dict[str, str]:
+    """Scheme -> the object path of each installed environment."""
+    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+@lru_cache(maxsize=32)
+def environment_for(model_uri: str) -> Environment:
+    """The environment of a pool created with `model_uri` (loaded once per URI and process)."""
+    wanted = scheme(model_uri)
+    found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == wanted]
+    if not found:
+        have = ", ".join(sorted(installed())) or "none"
+        raise UnknownEnvironment(
+            f"no environment is installed for {model_uri!r} (scheme {wanted!r}; installed: {have}); "
+            f"install the package that provides it"
+        )
+    environment = found[0].load()
+    if not isinstance(environment, Environment):
+        raise UnknownEnvironment(f"{found[0].value} is not a proofpool environment (see proofpool.core.environment)")
+    return environment
+
+
+def resolve_base_model(model_uri: str, override: Path | None = None, progress: Progress | None = None) -> Path:
+    """The local directory of the base model (checkpoint version 0) of a pool created with `model_uri`.
+
+    `override` (a role's `--base-model`) wins: a directory that holds a Hugging Face model. Else the
+    pool's environment builds or finds it.
+    """
+    if override is not None:
+        if not (Path(override) / "config.json").is_file():
+            raise UnknownBaseModel(f"{override} holds no model (config.json missing)")
+        return Path(override)
+    try:
+        return environment_for(model_uri).base_model(model_uri, progress)
+    except UnknownEnvironment as exc:
+        raise UnknownBaseModel(f"{exc}, or pass the model's local directory with --base-model") from exc

@@ -1,1 +1,0 @@
-"""The devnet model: a tiny tokenizer and Llama built locally, warmed up, and cached."""

@@ -1,1 +1,0 @@
-"""Verifiable tasks: problem generators and the reward functions validators recompute."""
