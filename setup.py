@@ -5,9 +5,18 @@ The repository keeps one folder per part (`proofpool/` the core library, `backen
 all under the `proofpool` name (`proofpool.backend`, `proofpool.cli`, ...), so a wheel adds one
 top-level package to site-packages. Every subpackage of a folder is found here, so a new one needs
 no entry.
+
+Two folders of files that are not Python source ship as package data, so an installed wheel works
+without the checkout (DATA below): the compiled contracts (`contracts/build`, written by
+`make contracts`: a wheel cannot be built before it) and the database migrations.
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+ROOT = Path(__file__).resolve().parent
 
 FOLDERS = {
     "proofpool": "proofpool",
@@ -19,11 +28,45 @@ FOLDERS = {
     "proofpool.devnet": "devnet",
 }
 
+CONTRACTS = ("PoolToken", "StakeManager", "ComputeRegistry", "ComputePool")
+"""The contracts every role loads (`proofpool.infra.chain.artifacts.CONTRACT_NAMES`)."""
+ARTIFACTS = [f"src_{name}_sol_{name}.{ext}" for name in CONTRACTS for ext in ("abi", "bin")]
+
+# Package data: installed package -> (source folder, data files). Read by
+# `proofpool.infra.chain.artifacts` and `proofpool.infra.db` when not running from a checkout.
+DATA = {
+    "proofpool.infra.chain.compiled": ("contracts/build", ARTIFACTS),
+    "proofpool.infra.migrations": ("migrations", ["script.py.mako"]),  # and env.py
+    "proofpool.infra.migrations.versions": ("migrations/versions", []),  # the revisions (*.py)
+}
+
+
+class BuildPyWithArtifacts(build_py):
+    """build_py that refuses to build a wheel without the compiled contracts (an editable install,
+    which `make setup` does before `make contracts`, reads them from the checkout instead)."""
+
+    def run(self) -> None:
+        if not getattr(self, "editable_mode", False):
+            missing = [
+                f"contracts/build/{name}" for name in ARTIFACTS if not (ROOT / "contracts/build" / name).is_file()
+            ]
+            if missing:
+                raise SystemExit(
+                    f"error: compiled contracts missing ({', '.join(missing)}): run `make contracts` first"
+                )
+        super().run()
+
+
 setup(
-    package_dir=FOLDERS,
+    package_dir={**FOLDERS, **{package: folder for package, (folder, _) in DATA.items()}},
     packages=[
-        name
-        for package, folder in FOLDERS.items()
-        for name in [package, *(f"{package}.{sub}" for sub in find_packages(folder))]
+        *(
+            name
+            for package, folder in FOLDERS.items()
+            for name in [package, *(f"{package}.{sub}" for sub in find_packages(folder))]
+        ),
+        *DATA,
     ],
+    package_data={package: files for package, (_, files) in DATA.items() if files},
+    cmdclass={"build_py": BuildPyWithArtifacts},
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from proofpool.cli.common import JsonOption, console, print_json
+from proofpool.cli.common import JsonOption, console, needs_extra, print_json
 
 from proofpool.core.errors import ConfigError, ServiceUnavailable
 from proofpool.infra.config import Settings, get_settings
@@ -44,6 +44,7 @@ def check_services(settings: Settings) -> str:
 
 
 @app.command()
+@needs_extra("backend")
 def serve(
     host: Annotated[str | None, typer.Option(help="Interface to bind. Default: $PROOFPOOL_BACKEND_HOST.")] = None,
     port: Annotated[
@@ -80,6 +81,7 @@ def serve(
 
 
 @app.command()
+@needs_extra("backend")
 def sweep(
     interval: Annotated[float, typer.Option(min=0.1, help="Seconds between sweeps.")] = 15.0,
     once: Annotated[bool, typer.Option("--once", help="Sweep once and exit.")] = False,

@@ -1,22 +1,83 @@
-"""Options and rendering shared by the chain-facing commands."""
+"""Options and rendering shared by the chain-facing commands, and `needs_extra`, the one place a
+command of a role whose extra is not installed turns the missing import into a one-line error."""
 
 from __future__ import annotations
 
+import functools
 import json
 import signal
 import subprocess
 import time
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
 from web3.types import TxReceipt
 
+from proofpool.core.errors import ProofpoolError
 from proofpool.infra.chain.accounts import load_account
 from proofpool.infra.chain.client import ChainClient
 
 console = Console()
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+OPTIONAL_MODULES: Final = frozenset(
+    {
+        "alembic", "boto3", "botocore", "celery", "fastapi", "hiredis", "kombu", "matplotlib", "numba",
+        "numpy", "prometheus_client", "psycopg", "psycopg_pool", "pyarrow", "redis", "safetensors", "sqlalchemy",
+        "starlette", "tokenizers", "torch", "transformers", "uvicorn", "vllm",
+    }
+)  # fmt: skip
+"""Top-level modules that come with a role's extra (pyproject.toml), not with `pip install proofpool`."""
+INSTALL_HINTS: Final = {
+    "worker": "pip install 'proofpool[worker,cpu]' (vLLM for CPUs) or 'proofpool[worker,gpu]'",
+    "validator": "pip install 'proofpool[validator]'",
+    "trainer": "pip install 'proofpool[trainer]'",
+    "backend": "pip install 'proofpool[backend]'",
+    "devnet": "pip install 'proofpool[devnet,cpu]' (or `make setup` in a checkout)",
+}
+"""What to install for each extra a command may need."""
+
+
+class MissingExtra(ProofpoolError):
+    """A command needs a library of a role's extra that is not installed."""
+
+
+def needs_extra(extra: str, command: str | None = None) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Mark a command as needing `extra` (worker, validator, trainer, backend, devnet): when a module
+    of an extra is missing while it runs, it fails with "proofpool worker run needs the worker extra:
+    pip install ..." (exit 1) instead of a traceback. Other import errors (a bug, a broken install)
+    pass through. `command` defaults to `proofpool <group> <function name>`.
+
+        @app.command()
+        @needs_extra("worker")
+        def run(...) -> None: ...
+    """
+    if extra not in INSTALL_HINTS:
+        raise ValueError(f"unknown extra {extra!r}")
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        name = command or f"proofpool {func.__module__.rsplit('.', 1)[-1]} {func.__name__.replace('_', '-')}"
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return func(*args, **kwargs)
+            except ModuleNotFoundError as exc:
+                missing = (exc.name or "").partition(".")[0]
+                if missing not in OPTIONAL_MODULES:
+                    raise
+                raise MissingExtra(
+                    f"{name} needs the {extra} extra: {INSTALL_HINTS[extra]} (missing: {missing})"
+                ) from exc
+
+        return wrapper
+
+    return decorate
+
 
 KeyOption = Annotated[
     str | None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from proofpool.cli.common import JsonOption, console, print_json
+from proofpool.cli.common import JsonOption, console, needs_extra, print_json
 
 from proofpool.infra.config import get_settings
 
@@ -24,6 +24,7 @@ def _url(url: str | None) -> str:
 
 
 @app.command()
+@needs_extra("backend")
 def upgrade(
     revision: Annotated[str, typer.Argument(help="Target revision.")] = "head",
     database_url: UrlOption = None,
@@ -39,6 +40,7 @@ def upgrade(
 
 
 @app.command()
+@needs_extra("backend")
 def downgrade(
     revision: Annotated[str, typer.Argument(help="Revision to go back to; `base` drops every proofpool table.")],
     database_url: UrlOption = None,
@@ -52,6 +54,7 @@ def downgrade(
 
 
 @app.command()
+@needs_extra("backend")
 def current(database_url: UrlOption = None, json_out: JsonOption = False) -> None:
     """Show the revision the database is at and the newest one available."""
     from proofpool.infra import db

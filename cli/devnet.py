@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from proofpool.cli.common import needs_extra
 from rich.console import Console
 
 from proofpool.infra.config import get_settings
@@ -23,6 +24,7 @@ def devnet(ctx: typer.Context) -> None:
 
 
 @app.command()
+@needs_extra("devnet")
 def run(
     steps: Annotated[int, typer.Option(min=1, help="Trainer steps (checkpoints published) before the run ends.")] = 10,
     cheat: Annotated[
@@ -83,6 +85,7 @@ def run(
 
 
 @app.command("chain-loop")
+@needs_extra("devnet")
 def chain_loop(
     rpc_url: str = typer.Option(None, help="Use this chain instead of starting a throw-away anvil."),
 ) -> None:

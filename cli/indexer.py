@@ -7,7 +7,7 @@ import threading
 from typing import Annotated
 
 import typer
-from proofpool.cli.common import JsonOption, RpcOption, console, print_json
+from proofpool.cli.common import JsonOption, RpcOption, console, needs_extra, print_json
 from proofpool.cli.logs import enable_progress_logs
 
 from proofpool.infra.config import get_settings
@@ -25,6 +25,7 @@ def _progress_logs() -> None:
 
 
 @app.command()
+@needs_extra("backend")
 def run(
     once: Annotated[bool, typer.Option("--once", help="Stop when caught up with the chain and the outbox.")] = False,
     from_block: Annotated[
@@ -78,6 +79,7 @@ def run(
 
 
 @app.command()
+@needs_extra("backend")
 def rebuild(database_url: DatabaseOption = None) -> None:
     """Recompute every projection from the stored raw events (one transaction; the outbox is kept).
     Waits for a running indexer to stop: both would write the projections."""
@@ -105,6 +107,7 @@ def rebuild(database_url: DatabaseOption = None) -> None:
 
 
 @app.command()
+@needs_extra("backend")
 def status(database_url: DatabaseOption = None, rpc_url: RpcOption = None, json_out: JsonOption = False) -> None:
     """Cursor, chain head, lag in blocks and unsent tasks."""
     import psycopg

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from proofpool.cli.common import needs_extra
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -204,6 +205,7 @@ VERIFY_MATCH, VERIFY_MISMATCH, VERIFY_FAILED = 0, 1, 2
 
 
 @app.command()
+@needs_extra("backend")
 def verify(
     database_url: Annotated[
         str | None, typer.Option("--database-url", help="PostgreSQL URL of the ledger. Default: $DATABASE_URL.")

@@ -14,6 +14,7 @@ from proofpool.cli.common import (
     KeyOption,
     RpcOption,
     console,
+    needs_extra,
     print_json,
     reader_client,
     report_tx,
@@ -151,6 +152,7 @@ def invite(
 
 
 @app.command("publish-checkpoint")
+@needs_extra("trainer")
 def publish_checkpoint(
     model_dir: Path = typer.Argument(
         ..., exists=True, file_okay=False, help="Model directory: config.json, safetensors weights, tokenizer files."
@@ -198,6 +200,7 @@ def anchor_checkpoint(
 
 
 @app.command()
+@needs_extra("trainer")
 def checkpoint(
     pool_id: int = typer.Option(..., "--pool", min=1, help="Pool id."),
     version: int = typer.Option(None, "--version", min=0, help="Checkpoint version. Default: the latest."),

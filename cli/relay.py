@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from proofpool.cli.common import console
+from proofpool.cli.common import console, needs_extra
 
 from proofpool.core.errors import ConfigError, ServiceUnavailable
 from proofpool.infra.config import get_settings
@@ -15,6 +15,7 @@ app = typer.Typer(no_args_is_help=True)
 
 
 @app.command()
+@needs_extra("backend")
 def serve(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port to bind.")] = 8790,
     host: Annotated[str, typer.Option(help="Interface to bind (0.0.0.0 to serve other machines).")] = "127.0.0.1",

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import typer
-from proofpool.cli.common import wait_in_foreground
+from proofpool.cli.common import needs_extra, wait_in_foreground
 from rich.console import Console
 from rich.table import Table
 
@@ -40,6 +40,7 @@ def _default_port() -> int:
 
 
 @app.command()
+@needs_extra("devnet")
 def up(
     port: int = typer.Option(
         None, min=1, max=65535, help="S3 port on 127.0.0.1 (default: the port of S3_ENDPOINT_URL, else 8333)."
@@ -91,6 +92,7 @@ def up(
 
 
 @app.command()
+@needs_extra("devnet")
 def down(
     timeout: float = typer.Option(15.0, min=1, help="Seconds to wait before killing it."),
 ) -> None:
@@ -109,6 +111,7 @@ def down(
 
 
 @app.command("ls")
+@needs_extra("backend")
 def ls(
     prefix: str = typer.Argument("", help="Key prefix, e.g. pools/1/rollouts/ (default: the whole bucket)."),
     limit: int = typer.Option(100, min=1, help="List at most this many objects."),

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from proofpool.cli.common import KeyOption, RpcOption, console
+from proofpool.cli.common import KeyOption, RpcOption, console, needs_extra
 from proofpool.cli.logs import enable_progress_logs
 
 from proofpool.infra.config import get_settings
@@ -28,6 +28,7 @@ collective while rank 0 gathers rollouts, then while it publishes (upload and tr
 
 
 @app.command()
+@needs_extra("trainer")
 def run(
     pool: Annotated[int, typer.Option("--pool", min=1, help="The pool whose model to train.")],
     key: KeyOption = None,

@@ -18,15 +18,16 @@ import time
 from typing import Annotated, Any
 
 import typer
-from proofpool.cli.common import JsonOption, KeyOption, RpcOption, console, print_json
+from proofpool.cli.common import JsonOption, KeyOption, RpcOption, console, needs_extra, print_json
 
 from proofpool.core.errors import ConfigError
-from proofpool.infra.config import REPO_ROOT, get_settings
+from proofpool.infra.config import FROM_CHECKOUT, REPO_ROOT, get_settings
 
 app = typer.Typer(no_args_is_help=True)
 
 
 @app.command()
+@needs_extra("validator")
 def run(
     key: KeyOption = None,
     rpc_url: RpcOption = None,
@@ -134,7 +135,7 @@ def _celery(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
         "--without-gossip",
         *args,
     ]
-    return subprocess.Popen(command, cwd=REPO_ROOT, env=env)
+    return subprocess.Popen(command, cwd=REPO_ROOT if FROM_CHECKOUT else None, env=env)
 
 
 def _supervise(children: dict[str, subprocess.Popen[bytes]]) -> int:
@@ -194,6 +195,7 @@ def stake(
 
 
 @app.command()
+@needs_extra("validator")
 def status(
     address: Annotated[str | None, typer.Argument(help="Validator address (default: the --key's).")] = None,
     key: KeyOption = None,

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from proofpool.cli.common import JsonOption, RpcOption, console, print_json
+from proofpool.cli.common import JsonOption, RpcOption, console, needs_extra, print_json
 from proofpool.cli.logs import enable_progress_logs
 from proofpool.devnet.adversary import CheatMode
 from rich.table import Table
@@ -49,6 +49,7 @@ def _state_dir(state_dir: Path | None, node: str) -> Path:
 
 
 @app.command()
+@needs_extra("worker")
 def run(
     pool: Annotated[int, typer.Option("--pool", min=1, help="The pool to work for.")],
     key: NodeKeyOption = None,
@@ -128,13 +129,15 @@ def run(
         view = WorkerConsole(account.address, backend_url or settings.backend_url)
         view.say(f"worker for pool {pool}, node {account.address}, journal in {config.state_dir}")
         if cheat is not None:
-            from proofpool.devnet.adversary import Cheater
+            from proofpool.devnet.adversary import Cheater, drill_environment
 
-            config = dataclasses.replace(config, strategy=Cheater(cheat, view.say))
+            environment = drill_environment(client.pool.get_pool(pool).model_uri)
+            config = dataclasses.replace(config, strategy=Cheater(cheat, environment, view.say))
         WorkerNode(config, account, client, api, ObjectStore.from_settings, view, stop).run()
 
 
 @app.command()
+@needs_extra("worker")
 def journal(
     pool: Annotated[int, typer.Option("--pool", min=1, help="The pool.")],
     node: Annotated[str, typer.Option("--node", help="Node address (names the default state directory).")],

@@ -1,6 +1,26 @@
-"""The one settings object of proofpool, read from the environment (prefix `PROOFPOOL_`
-for our own settings, plus the conventional names `DATABASE_URL`, `REDIS_URL`,
-`S3_ENDPOINT_URL`).
+"""The settings of proofpool, read from the environment (prefix `PROOFPOOL_` for our own
+settings, plus the conventional names `DATABASE_URL`, `REDIS_URL`, `S3_ENDPOINT_URL`, ...).
+
+One shared base (`CommonSettings`: chain, address books, local state, the backend's URL) and one
+class per role holding what that role reads, built from a few blocks two roles share (the object
+store, checkpoints, the database, the broker, the served pools):
+
+    CommonSettings     every command and service (`pip install proofpool`)
+    WorkerSettings     `proofpool worker` (checkpoints, journal)
+    ValidatorSettings  `proofpool validator` (checkpoints, database, broker, served pools, verdicts)
+    TrainerSettings    `proofpool trainer` (checkpoints)
+    BackendSettings    `proofpool backend/indexer/db` (object store, database, broker, API, indexer)
+    Settings           all of them: what `get_settings()` returns
+
+`Settings` composes the role classes by multiple inheritance, so one object serves every caller
+and an environment variable has the same name whichever role reads it.
+
+Default paths (each overridable by its variable): running from a source checkout (the folder two
+levels above this package holds `pyproject.toml` and `contracts/`; an editable install counts),
+the checkout's own folders (`contracts/`, `deployments/`, `.devnet/`), as `make demo` and the tests
+use them. Installed from a wheel, the user's data directory: `$XDG_DATA_HOME/proofpool`, else
+`~/.local/share/proofpool` (`contracts/`, `deployments/`, `state/`); the compiled contracts then
+come from the package itself (`proofpool.infra.chain.artifacts`).
 
 Nothing is built at import time: call `get_settings()` where a setting is needed, so tests
 can change the environment first.
@@ -8,18 +28,36 @@ can change the environment first.
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from pydantic import AliasChoices, Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+REPO_ROOT: Final = Path(__file__).resolve().parents[2]
+"""The source checkout this package runs from (meaningful only when `FROM_CHECKOUT`)."""
+FROM_CHECKOUT: Final = (REPO_ROOT / "pyproject.toml").is_file() and (REPO_ROOT / "contracts").is_dir()
+"""True when running from a source checkout (or an editable install of one), False from a wheel."""
 
 
-class Settings(BaseSettings):
-    """Settings shared by every proofpool service and command."""
+def user_data_dir() -> Path:
+    """`$XDG_DATA_HOME/proofpool` (an absolute XDG_DATA_HOME only, as the spec says), else
+    `~/.local/share/proofpool`."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".local" / "share"
+    return base / "proofpool"
+
+
+def _default_dir(checkout: str, installed: str) -> Path:
+    """`REPO_ROOT/<checkout>` from a source checkout, else `<user data dir>/<installed>`."""
+    return REPO_ROOT / checkout if FROM_CHECKOUT else user_data_dir() / installed
+
+
+class CommonSettings(BaseSettings):
+    """Settings every proofpool command and service reads: the chain, address books, local state
+    and where the backend is."""
 
     model_config = SettingsConfigDict(env_prefix="PROOFPOOL_", extra="ignore", frozen=True)
 
@@ -29,35 +67,28 @@ class Settings(BaseSettings):
     """Seconds before a JSON-RPC request is abandoned."""
     tx_receipt_timeout: float = Field(60.0, gt=0)
     """Seconds to wait for a transaction to be mined."""
-    contracts_dir: Path = REPO_ROOT / "contracts"
-    """Solidity sources, npm toolchain and the compiled `build/` folder."""
-    deployments_dir: Path = REPO_ROOT / "deployments"
+    contracts_dir: Path = Field(default_factory=lambda: _default_dir("contracts", "contracts"))
+    """Solidity sources, npm toolchain (solcjs, anvil) and the compiled `build/` folder; without a
+    `build/`, the contracts compiled into the installed package are used."""
+    deployments_dir: Path = Field(default_factory=lambda: _default_dir("deployments", "deployments"))
     """Address books, one `<chain-id>.json` per chain."""
-    state_dir: Path = REPO_ROOT / ".devnet"
-    """Where devnet processes keep logs, pid files and data."""
+    state_dir: Path = Field(default_factory=lambda: _default_dir(".devnet", "state"))
+    """Where local processes keep logs, pid files, nonce locks and data (devnet, trainer, relay)."""
     anvil_port: int = Field(8545, ge=1, le=65535)
     """Port of the devnet chain started by `proofpool chain up`."""
     private_key: str | None = Field(None, repr=False)
     """Key that signs this process's transactions (hex). Never logged."""
+    backend_url: str = "http://127.0.0.1:8000"
+    """Where nodes and CLIs reach the backend."""
 
-    database_url: str = Field(
-        "postgresql://postgres@127.0.0.1:5432/proofpool",
-        validation_alias=AliasChoices("DATABASE_URL", "PROOFPOOL_DATABASE_URL"),
-    )
-    redis_url: str = Field(
-        "redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "PROOFPOOL_REDIS_URL")
-    )
+
+class ObjectStoreSettings(CommonSettings):
+    """The S3 object store holding rollout files and checkpoints."""
+
     s3_endpoint_url: str = Field(
         "http://127.0.0.1:8333",
         validation_alias=AliasChoices("S3_ENDPOINT_URL", "PROOFPOOL_S3_ENDPOINT_URL"),
     )
-
-    broker_url: str | None = None
-    """Celery broker; default: REDIS_URL. RabbitMQ (amqp://) also works."""
-    celery_visibility_timeout: int = Field(120, ge=5)
-    """Seconds before Redis redelivers the unacknowledged task of a dead worker."""
-
-    # --- object store ---
     s3_bucket: str = "proofpool"
     """Bucket holding rollout files and checkpoints."""
     s3_region: str = "us-east-1"
@@ -70,15 +101,157 @@ class Settings(BaseSettings):
         repr=False,
     )
     upload_max_bytes: int = Field(64 * 1024 * 1024, ge=1)
-    """Largest rollout file a node may upload."""
+    """Largest rollout file a node may upload (and a validator downloads)."""
+
+
+class CheckpointSettings(ObjectStoreSettings):
+    """Fetching the checkpoints a pool publishes (workers, validators, the trainer, relays)."""
+
+    checkpoint_cache_dir: Path = Path("~/.cache/proofpool/checkpoints")
+    """Verified checkpoint files, shared by workers and validators on one machine."""
+    checkpoint_relays: Annotated[tuple[str, ...], NoDecode] = ()
+    """Base URLs of checkpoint relays (`proofpool relay serve`) that workers and validators fetch
+    checkpoints through, the object store being the last resort; comma-separated in
+    PROOFPOOL_CHECKPOINT_RELAYS, empty by default. Relays are untrusted: what they serve is
+    checked against the manifest, and the manifest against the chain."""
+    checkpoint_max_bytes: int = Field(64 * 1024**3, ge=1)
+    """Largest checkpoint (the sum of its manifest's file sizes) a worker, validator, trainer or relay
+    downloads: a pool's manager publishes its manifest, and a manifest may declare any size."""
+    async_window: int = Field(2, ge=0)
+    """Accepted model versions: the pool's latest checkpoint and the `async_window` before it."""
+
+    @field_validator("checkpoint_relays", mode="before")
+    @classmethod
+    def _split_relays(cls, value: object) -> object:
+        """A comma-separated string (the environment's form) as a tuple of checked base URLs, so a
+        typo fails at start-up rather than as a relay that never answers."""
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list | tuple):
+            return value
+        from proofpool.core.errors import ConfigError
+
+        try:
+            from proofpool.infra.checkpoint.sources import check_relay_url  # lazy: httpx, boto3
+        except ImportError:  # a base install (no role extra) reads the settings but fetches no checkpoint
+            return tuple(str(url).strip().rstrip("/") for url in value)
+        try:
+            return tuple(check_relay_url(url) for url in value)
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from exc
+
+
+class DatabaseSettings(CommonSettings):
+    """The PostgreSQL database of the backend, the indexer and the validators."""
+
+    database_url: str = Field(
+        "postgresql://postgres@127.0.0.1:5432/proofpool",
+        validation_alias=AliasChoices("DATABASE_URL", "PROOFPOOL_DATABASE_URL"),
+    )
+
+
+class BrokerSettings(CommonSettings):
+    """Redis and the Celery broker (the indexer dispatches validation tasks, validators take them)."""
+
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", validation_alias=AliasChoices("REDIS_URL", "PROOFPOOL_REDIS_URL")
+    )
+    broker_url: str | None = None
+    """Celery broker; default: REDIS_URL. RabbitMQ (amqp://) also works."""
+    celery_visibility_timeout: int = Field(120, ge=5)
+    """Seconds before Redis redelivers the unacknowledged task of a dead worker."""
+
+    @property
+    def celery_broker_url(self) -> str:
+        """The broker Celery uses (BROKER_URL, else REDIS_URL)."""
+        return self.broker_url or self.redis_url
+
+
+class ServedPoolsSettings(CommonSettings):
+    """Which pools a validator judges and an indexer dispatches validation tasks for."""
+
+    served_pools: Annotated[tuple[int, ...], NoDecode] = ()
+    """Pools this validator judges and this indexer dispatches validation tasks for (comma-separated
+    ids in PROOFPOOL_SERVED_POOLS), together with those of `served_managers`. Pools are
+    permissionless: without a list, anyone could create pools whose files and checkpoints every
+    validator downloads. Both empty: every pool, on the devnet chain (31337) only; elsewhere the
+    validator and the indexer refuse to start."""
+    served_managers: Annotated[tuple[str, ...], NoDecode] = ()
+    """Pool managers (addresses, comma-separated in PROOFPOOL_SERVED_MANAGERS) whose pools are served."""
+
+    @field_validator("served_pools", mode="before")
+    @classmethod
+    def _split_pools(cls, value: object) -> object:
+        """Comma-separated pool ids in the environment."""
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return value
+
+    @field_validator("served_managers", mode="before")
+    @classmethod
+    def _split_managers(cls, value: object) -> object:
+        """Comma-separated addresses in the environment, checksummed (a typo fails at start-up)."""
+        from eth_utils import is_address, to_checksum_address
+
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        if not isinstance(value, list | tuple):
+            return value
+        bad = [str(v) for v in value if not is_address(str(v))]
+        if bad:
+            raise ValueError(f"not an address: {', '.join(bad)}")
+        return tuple(to_checksum_address(str(v)) for v in value)
+
+
+class WorkerSettings(CheckpointSettings):
+    """A provider node (`proofpool worker run`)."""
+
+    worker_state_dir: Path = Path("~/.local/state/proofpool/worker")
+    """Journal and unsubmitted rollout files, one subdirectory per node address."""
+
+
+class ValidatorSettings(CheckpointSettings, DatabaseSettings, BrokerSettings, ServedPoolsSettings):
+    """A validator (`proofpool validator run`): its Celery workers and its verdict sender."""
+
+    validator_sample_rate: float = Field(1.0, ge=0, le=1)
+    """Fraction of submissions fully recomputed (TOPLOC + sampling); the rest get the cheap checks."""
+    validator_concurrency: int = Field(1, ge=1)
+    """Validation tasks run at once per validator (threads; the recomputation itself uses all cores)."""
+    validator_missing_grace: float = Field(600.0, gt=0)
+    """Seconds after submission a missing file is retried before it is invalidated as `missing`
+    (capped at half the pool's dispute window)."""
+    validator_lease: float = Field(900.0, gt=0)
+    """Seconds a claimed submission stays ours without a decision before another validator may take it."""
+    validator_metrics_port: int = Field(9108, ge=0, le=65535)
+    """Prometheus port of the validate worker (the verdict sender uses the next one); 0 turns it off."""
+    validator_precision: Literal["bf16", "fp32"] = "bf16"
+    """Dtype of the recomputation (bf16 matches the workers' vLLM, fp32 is slower and as strict)."""
+    validator_stale_grace: float = Field(60.0, ge=0)
+    """Seconds of grace for one version below the window: such a file is not stale when the latest
+    checkpoint was published less than this before its submission (two checkpoints published
+    seconds apart must not slash an honest node that was assigned just before them). 0: none."""
+    verdict_batch: int = Field(32, ge=1, le=256)
+    """Accepted keys per `attestWork` transaction."""
+    verdict_max_wait: float = Field(5.0, gt=0)
+    """Seconds an accepted key waits for its batch to fill before it is attested anyway."""
+    validator_review_interval: float = Field(15.0, gt=0)
+    """Seconds between the verdict sender's looks for other validators' rejections to review (and for
+    its own rejections whose challenge window closes); keep it well under the pools' challenge windows."""
+
+
+class TrainerSettings(CheckpointSettings):
+    """A pool's trainer (`proofpool trainer run`): it reads accepted rollouts from the object store
+    and publishes checkpoints; its state lives under `state_dir`."""
+
+
+class BackendSettings(ObjectStoreSettings, DatabaseSettings, BrokerSettings, ServedPoolsSettings):
+    """The operator's services: the HTTP backend (discovery, orchestrator, uploads, ledger), the
+    indexer and the database migrations."""
+
     upload_url_ttl: int = Field(900, ge=1)
     """Seconds a presigned upload URL stays valid."""
     upload_rate_per_minute: int = Field(30, ge=1)
     """Upload URLs one node may request per minute."""
-
-    # --- backend ---
-    backend_url: str = "http://127.0.0.1:8000"
-    """Where nodes and CLIs reach the backend."""
     backend_host: str = "127.0.0.1"
     backend_port: int = Field(8000, ge=1, le=65535)
     db_pool_min: int = Field(1, ge=1)
@@ -111,7 +284,7 @@ class Settings(BaseSettings):
     manager_private_key: str | None = Field(None, repr=False)
     """Pool manager key held by the orchestrator to sign invites and eject nodes. Never logged."""
     heartbeat_interval: float = Field(10.0, gt=0)
-    """Seconds between node heartbeats."""
+    """Seconds between node heartbeats (told to each node when it joins)."""
     unhealthy_after: float = Field(30.0, gt=0)
     """A node whose last heartbeat is older than this is Unhealthy."""
     dead_after: float = Field(120.0, gt=0)
@@ -121,56 +294,6 @@ class Settings(BaseSettings):
     before it is handed the next: a node must answer every batch, so it cannot keep the easy ones.
     An honest node has one or two in flight (the one it generates, the one it submits)."""
 
-    # --- worker (provider node) ---
-    worker_state_dir: Path = Path("~/.local/state/proofpool/worker")
-    """Journal and unsubmitted rollout files, one subdirectory per node address."""
-    checkpoint_cache_dir: Path = Path("~/.cache/proofpool/checkpoints")
-    """Verified checkpoint files, shared by workers and validators on one machine."""
-    checkpoint_relays: Annotated[tuple[str, ...], NoDecode] = ()
-    """Base URLs of checkpoint relays (`proofpool relay serve`) that workers and validators fetch
-    checkpoints through, the object store being the last resort; comma-separated in
-    PROOFPOOL_CHECKPOINT_RELAYS, empty by default. Relays are untrusted: what they serve is
-    checked against the manifest, and the manifest against the chain."""
-    checkpoint_max_bytes: int = Field(64 * 1024**3, ge=1)
-    """Largest checkpoint (the sum of its manifest's file sizes) a worker, validator, trainer or relay
-    downloads: a pool's manager publishes its manifest, and a manifest may declare any size."""
-    served_pools: Annotated[tuple[int, ...], NoDecode] = ()
-    """Pools this validator judges and this indexer dispatches validation tasks for (comma-separated
-    ids in PROOFPOOL_SERVED_POOLS), together with those of `served_managers`. Pools are
-    permissionless: without a list, anyone could create pools whose files and checkpoints every
-    validator downloads. Both empty: every pool, on the devnet chain (31337) only; elsewhere the
-    validator and the indexer refuse to start."""
-    served_managers: Annotated[tuple[str, ...], NoDecode] = ()
-    """Pool managers (addresses, comma-separated in PROOFPOOL_SERVED_MANAGERS) whose pools are served."""
-
-    # --- validator ---
-    validator_sample_rate: float = Field(1.0, ge=0, le=1)
-    """Fraction of submissions fully recomputed (TOPLOC + sampling); the rest get the cheap checks."""
-    validator_concurrency: int = Field(1, ge=1)
-    """Validation tasks run at once per validator (threads; the recomputation itself uses all cores)."""
-    validator_missing_grace: float = Field(600.0, gt=0)
-    """Seconds after submission a missing file is retried before it is invalidated as `missing`
-    (capped at half the pool's dispute window)."""
-    validator_lease: float = Field(900.0, gt=0)
-    """Seconds a claimed submission stays ours without a decision before another validator may take it."""
-    validator_metrics_port: int = Field(9108, ge=0, le=65535)
-    """Prometheus port of the validate worker (the verdict sender uses the next one); 0 turns it off."""
-    validator_precision: Literal["bf16", "fp32"] = "bf16"
-    """Dtype of the recomputation (bf16 matches the workers' vLLM, fp32 is slower and as strict)."""
-    async_window: int = Field(2, ge=0)
-    """Accepted model versions: the pool's latest checkpoint and the `async_window` before it."""
-    validator_stale_grace: float = Field(60.0, ge=0)
-    """Seconds of grace for one version below the window: such a file is not stale when the latest
-    checkpoint was published less than this before its submission (two checkpoints published
-    seconds apart must not slash an honest node that was assigned just before them). 0: none."""
-    verdict_batch: int = Field(32, ge=1, le=256)
-    """Accepted keys per `attestWork` transaction."""
-    verdict_max_wait: float = Field(5.0, gt=0)
-    """Seconds an accepted key waits for its batch to fill before it is attested anyway."""
-    validator_review_interval: float = Field(15.0, gt=0)
-    """Seconds between the verdict sender's looks for other validators' rejections to review (and for
-    its own rejections whose challenge window closes); keep it well under the pools' challenge windows."""
-
     # --- indexer ---
     confirmations: int = Field(0, ge=0)
     """Blocks to wait before indexing a block (0 on the devnet)."""
@@ -178,46 +301,6 @@ class Settings(BaseSettings):
     """Blocks per eth_getLogs request."""
     indexer_poll_interval: float = Field(1.0, gt=0)
     """Seconds between polls when the indexer is caught up."""
-
-    @field_validator("checkpoint_relays", mode="before")
-    @classmethod
-    def _split_relays(cls, value: object) -> object:
-        """A comma-separated string (the environment's form) as a tuple of checked base URLs, so a
-        typo fails at start-up rather than as a relay that never answers."""
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if not isinstance(value, list | tuple):
-            return value
-        from proofpool.core.errors import ConfigError
-        from proofpool.infra.checkpoint.sources import check_relay_url  # lazy: httpx, and only when set
-
-        try:
-            return tuple(check_relay_url(url) for url in value)
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from exc
-
-    @field_validator("served_pools", mode="before")
-    @classmethod
-    def _split_pools(cls, value: object) -> object:
-        """Comma-separated pool ids in the environment."""
-        if isinstance(value, str):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        return value
-
-    @field_validator("served_managers", mode="before")
-    @classmethod
-    def _split_managers(cls, value: object) -> object:
-        """Comma-separated addresses in the environment, checksummed (a typo fails at start-up)."""
-        from eth_utils import is_address, to_checksum_address
-
-        if isinstance(value, str):
-            value = [part.strip() for part in value.split(",") if part.strip()]
-        if not isinstance(value, list | tuple):
-            return value
-        bad = [str(v) for v in value if not is_address(str(v))]
-        if bad:
-            raise ValueError(f"not an address: {', '.join(bad)}")
-        return tuple(to_checksum_address(str(v)) for v in value)
 
     @field_validator("api_hosts", mode="before")
     @classmethod
@@ -251,7 +334,7 @@ class Settings(BaseSettings):
         return value
 
     @model_validator(mode="after")
-    def _deployment_pair(self) -> Settings:
+    def _deployment_pair(self) -> BackendSettings:
         if (self.api_chain_id is None) != (self.api_pool_contract is None):
             raise ValueError("set PROOFPOOL_API_CHAIN_ID and PROOFPOOL_API_POOL_CONTRACT together, or neither")
         return self
@@ -271,10 +354,9 @@ class Settings(BaseSettings):
         """(host, port) of the metrics server, None when turned off."""
         return split_host_port(self.metrics_address) if self.metrics_address else None
 
-    @property
-    def celery_broker_url(self) -> str:
-        """The broker Celery uses (BROKER_URL, else REDIS_URL)."""
-        return self.broker_url or self.redis_url
+
+class Settings(WorkerSettings, ValidatorSettings, TrainerSettings, BackendSettings):
+    """Every setting of every role, in one object (what `get_settings()` returns)."""
 
 
 def split_host_port(address: str) -> tuple[str, int]:

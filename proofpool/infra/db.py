@@ -2,13 +2,15 @@
 
 Shared by `proofpool db ...`, the test fixtures and any service that wants the schema at
 head before it starts. Migrations run through Alembic's Python API (not a subprocess) so the
-errors stay Python errors; the schema itself lives in hand-written revisions in `migrations/`.
+errors stay Python errors; the schema itself lives in hand-written revisions in `migrations/`
+(from a source checkout; an installed wheel ships them as `proofpool/infra/migrations/`, setup.py).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote, urlsplit, urlunsplit
 
@@ -17,7 +19,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from proofpool.core.errors import ConfigError, ProofpoolError, ServiceUnavailable
-from proofpool.infra.config import REPO_ROOT
+from proofpool.infra.config import FROM_CHECKOUT, REPO_ROOT
 
 if TYPE_CHECKING:
     from alembic.config import Config
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ALEMBIC_INI = REPO_ROOT / "alembic.ini"
+"""The checkout's Alembic configuration (logging of the plain `alembic` command); not shipped."""
+MIGRATIONS_DIR = REPO_ROOT / "migrations" if FROM_CHECKOUT else Path(__file__).resolve().parent / "migrations"
+"""The revisions: the checkout's `migrations/`, else the copy installed with the package."""
 MAINTENANCE_DB = "postgres"
 START_HINT = (
     "start PostgreSQL (e.g. `sudo service postgresql start` or `pg_ctlcluster 15 main start`) "
@@ -107,8 +112,8 @@ def alembic_config(url: str) -> Config:
     (Alembic is imported lazily: it pulls in SQLAlchemy, which only migrations need.)"""
     from alembic.config import Config
 
-    config = Config(str(ALEMBIC_INI))
-    config.set_main_option("script_location", str(REPO_ROOT / "migrations"))
+    config = Config(str(ALEMBIC_INI) if FROM_CHECKOUT else None)
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
     # ConfigParser interpolates '%': escape it so passwords with '%' survive.
     config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["embedded"] = True

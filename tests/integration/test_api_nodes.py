@@ -253,6 +253,18 @@ def test_pool_settings_override_defaults(api: ApiHarness) -> None:
     assert (work["checkpoint_version"], work["manifest_sha256"]) == (0, None)
 
 
+def test_a_pool_whose_environment_is_not_installed_gets_a_503_and_the_node_keeps_its_place(api: ApiHarness) -> None:
+    node, _ = member(api)
+    api.conn.execute("UPDATE pools SET model_uri = 'hf://Qwen/Qwen3-0.6B' WHERE pool_id = 1")
+    refused = api.signed(node, "POST", "/v1/heartbeat", {})
+    assert refused.status_code == 503
+    assert refused.json()["error"] == "environment_unavailable"
+    assert "no environment is installed for 'hf://Qwen/Qwen3-0.6B'" in refused.json()["detail"]
+    api.conn.execute("UPDATE pools SET model_uri = 'devnet://back' WHERE pool_id = 1")
+    work = api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"]
+    assert work is not None and work["batch"] == 0
+
+
 @pytest.mark.parametrize(
     "state, blacklisted, pool_status, expected",
     [

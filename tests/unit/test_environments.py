@@ -92,3 +92,16 @@ def test_the_model_commands_list_environments_and_refuse_an_unknown_uri() -> Non
     )
     assert refused.returncode == 1
     assert "no environment is installed for 'hf://Qwen/Qwen3-0.6B'" in refused.stdout + refused.stderr
+
+
+def test_a_validator_without_the_pools_environment_retries_instead_of_judging(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from proofpool.validator.models import ModelCache, ModelUnavailable
+
+    uris = {1: DEVNET_URI, 2: "hf://Qwen/Qwen3-0.6B"}
+    pools = SimpleNamespace(get_pool=lambda pool_id: SimpleNamespace(model_uri=uris[pool_id]))
+    cache = ModelCache(SimpleNamespace(pool=pools), store=None, cache_dir=tmp_path, relays=())  # type: ignore[arg-type]
+    assert cache.environment(1) is ENVIRONMENT
+    with pytest.raises(ModelUnavailable, match="pool 2: no environment is installed"):
+        cache.environment(2)

@@ -2,6 +2,8 @@
 
 The one place that knows the compiler flags: `make contracts` runs this module, and
 tests use it to compile test-only contracts from `contracts/mocks/` into a temp folder.
+Compiling needs a source checkout (sources and npm toolchain); a wheel built from one ships the
+`src_*` artifacts of `contracts/build` as package data (setup.py, `proofpool.infra.chain.artifacts`).
 """
 
 from __future__ import annotations
@@ -43,22 +45,30 @@ def compile_sources(sources: list[str], out_dir: Path, contracts_dir: Path | Non
 def compile_contracts(contracts_dir: Path | None = None) -> Path:
     """Rebuild `contracts/build` from every top-level source in `contracts/src`."""
     contracts_dir = contracts_dir or get_settings().contracts_dir
+    sources = sorted(str(p.relative_to(contracts_dir)) for p in (contracts_dir / "src").glob("*.sol"))
+    if not sources:
+        raise CompileError(
+            f"no Solidity sources in {contracts_dir / 'src'}: compiling needs a source checkout "
+            "(an installed proofpool ships its compiled contracts)"
+        )
     build = contracts_dir / "build"
     shutil.rmtree(build, ignore_errors=True)
-    sources = sorted(str(p.relative_to(contracts_dir)) for p in (contracts_dir / "src").glob("*.sol"))
     compile_sources(sources, build, contracts_dir)
     (build / ".stamp").touch()
     return build
 
 
 def build_is_stale(contracts_dir: Path | None = None) -> bool:
-    """True when `contracts/build` is missing or older than any Solidity source."""
+    """True when `contracts/build` is missing or older than any Solidity source (False when there
+    are no sources to build from)."""
     contracts_dir = contracts_dir or get_settings().contracts_dir
+    sources = list((contracts_dir / "src").glob("**/*.sol"))
+    if not sources:
+        return False
     stamp = contracts_dir / "build" / ".stamp"
     if not stamp.exists():
         return True
-    newest = max(p.stat().st_mtime for p in (contracts_dir / "src").glob("**/*.sol"))
-    return stamp.stat().st_mtime < newest
+    return stamp.stat().st_mtime < max(p.stat().st_mtime for p in sources)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,111 @@
+"""What makes `pip install proofpool` (no role extra) work: role commands that name their extra,
+settings split per role with defaults outside the checkout, artifacts from the package."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from proofpool.cli.common import MissingExtra, needs_extra
+
+from proofpool.infra import config
+from proofpool.infra.chain import artifacts
+from proofpool.infra.config import (
+    BackendSettings,
+    CommonSettings,
+    Settings,
+    TrainerSettings,
+    ValidatorSettings,
+    WorkerSettings,
+    user_data_dir,
+)
+
+
+def test_a_missing_role_library_names_the_command_and_its_extra() -> None:
+    @needs_extra("validator", "proofpool validator run")
+    def run() -> None:
+        raise ModuleNotFoundError("No module named 'celery'", name="celery.app")
+
+    with pytest.raises(MissingExtra) as caught:
+        run()
+    assert str(caught.value) == (
+        "proofpool validator run needs the validator extra: pip install 'proofpool[validator]' (missing: celery)"
+    )
+
+
+def test_the_command_name_defaults_to_group_and_function() -> None:
+    def publish_checkpoint() -> None:
+        raise ModuleNotFoundError("No module named 'torch'", name="torch")
+
+    publish_checkpoint.__module__ = "proofpool.cli.pool"
+    with pytest.raises(MissingExtra, match=r"^proofpool pool publish-checkpoint needs the trainer extra"):
+        needs_extra("trainer")(publish_checkpoint)()
+
+
+def test_other_import_errors_pass_through() -> None:
+    @needs_extra("worker")
+    def run() -> None:
+        raise ModuleNotFoundError("No module named 'proofpool.nope'", name="proofpool.nope")
+
+    with pytest.raises(ModuleNotFoundError):
+        run()
+    with pytest.raises(ValueError, match="unknown extra"):
+        needs_extra("gpu")
+
+
+def test_settings_compose_the_roles_over_one_shared_base() -> None:
+    roles = (WorkerSettings, ValidatorSettings, TrainerSettings, BackendSettings)
+    assert all(issubclass(role, CommonSettings) and issubclass(Settings, role) for role in roles)
+    assert set(Settings.model_fields) == set().union(*(role.model_fields for role in roles))
+    assert "database_url" not in WorkerSettings.model_fields and "rpc_url" in WorkerSettings.model_fields
+    assert "validator_lease" in ValidatorSettings.model_fields and "metrics_address" in BackendSettings.model_fields
+
+
+def test_role_settings_read_the_same_variables(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DATABASE_URL", "postgresql://db.example/pp")
+    monkeypatch.setenv("PROOFPOOL_SERVED_POOLS", "3,4")
+    assert ValidatorSettings().database_url == Settings().database_url == "postgresql://db.example/pp"
+    assert BackendSettings().served_pools == (3, 4)
+
+
+def test_the_data_directory_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    assert user_data_dir() == tmp_path / "proofpool"
+    monkeypatch.setenv("XDG_DATA_HOME", "relative/dir")  # the spec says to ignore a relative one
+    assert user_data_dir() == Path.home() / ".local" / "share" / "proofpool"
+
+
+def test_defaults_are_the_checkout_folders_here_and_the_data_directory_from_a_wheel(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    for name in ("PROOFPOOL_STATE_DIR", "PROOFPOOL_DEPLOYMENTS_DIR", "PROOFPOOL_CONTRACTS_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    assert config.FROM_CHECKOUT
+    here = Settings()
+    assert (here.state_dir, here.deployments_dir) == (config.REPO_ROOT / ".devnet", config.REPO_ROOT / "deployments")
+    monkeypatch.setattr(config, "FROM_CHECKOUT", False)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
+    installed = Settings()
+    assert installed.state_dir == tmp_path / "proofpool" / "state"
+    assert installed.deployments_dir == tmp_path / "proofpool" / "deployments"
+
+
+def test_artifacts_come_from_the_package_when_there_is_no_build_folder(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    build = artifacts.build_dir()
+    packaged = tmp_path / "compiled"
+    packaged.mkdir()
+    for path in build.glob("src_PoolToken_sol_PoolToken.*"):
+        shutil.copy(path, packaged / path.name)
+    monkeypatch.setattr(artifacts, "PACKAGED_DIR", packaged)
+    assert artifacts.artifacts_dir() == build  # a build folder wins
+    monkeypatch.setenv("PROOFPOOL_CONTRACTS_DIR", str(tmp_path / "no-contracts"))
+    config.get_settings.cache_clear()
+    try:
+        assert artifacts.artifacts_dir() == packaged
+        assert artifacts.load_artifact("PoolToken").bytecode.startswith("0x6")
+    finally:
+        monkeypatch.undo()
+        config.get_settings.cache_clear()
