@@ -39,6 +39,10 @@ DATA = {
     "proofpool.infra.migrations": ("migrations", ["script.py.mako"]),  # and env.py
     "proofpool.infra.migrations.versions": ("migrations/versions", []),  # the revisions (*.py)
 }
+if not (ROOT / "contracts" / "build").is_dir():
+    # A fresh checkout: `make setup` installs (editable) before `make contracts` compiles, and a
+    # checkout reads its own build folder anyway. A wheel build without it stops in build_py.
+    del DATA["proofpool.infra.chain.compiled"]
 
 
 class BuildPyWithArtifacts(build_py):
@@ -46,6 +50,8 @@ class BuildPyWithArtifacts(build_py):
     which `make setup` does before `make contracts`, reads them from the checkout instead)."""
 
     def run(self) -> None:
+        if not getattr(self, "editable_mode", False) and "proofpool.infra.chain.compiled" not in DATA:
+            raise SystemExit("error: compiled contracts missing (no contracts/build): run `make contracts` first")
         if not getattr(self, "editable_mode", False):
             missing = [
                 f"contracts/build/{name}" for name in ARTIFACTS if not (ROOT / "contracts/build" / name).is_file()
