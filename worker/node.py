@@ -138,10 +138,7 @@ class WorkerNode:
         """The pool's task set, from the environment its on-chain model URI names (looked up once)."""
         if self._taskset is None:
             model_uri = self._chain(lambda: self.client.pool.get_pool(self.config.pool_id).model_uri, "pool lookup")
-            try:
-                self._taskset = environment_for(model_uri).taskset
-            except UnknownEnvironment as exc:
-                raise NodeNotReady(str(exc)) from exc
+            self._taskset = _taskset_of(model_uri)
         return self._taskset
 
     # --- start-up ---------------------------------------------------------------------------
@@ -191,7 +188,7 @@ class WorkerNode:
         pool = self.client.pool.get_pool(pool_id)
         if pool.status is PoolStatus.CLOSED:
             raise NodeNotReady(f"pool {pool_id} is closed")
-        self.taskset  # noqa: B018 - its environment must be installed before the node joins
+        self._taskset = _taskset_of(pool.model_uri)  # its environment must be installed before the node joins
         self._check_not_barred()
         if self.client.w3.eth.get_balance(node) == 0:
             raise NodeNotReady(f"node {node} has no ETH to pay gas for submitWork; send it some from the provider")
@@ -523,6 +520,14 @@ class Submitter:
                     node.console.batch_done(
                         done.pool_id, done.batch, done.samples, done.work_units, seconds, done.work_key, done.tx_hash
                     )
+
+
+def _taskset_of(model_uri: str) -> Taskset:
+    """The task set of a pool created with `model_uri`; a node without its environment cannot work."""
+    try:
+        return environment_for(model_uri).taskset
+    except UnknownEnvironment as exc:
+        raise NodeNotReady(str(exc)) from exc
 
 
 def _transient_or_lag(exc: BaseException) -> bool:

@@ -105,3 +105,11 @@ def test_a_validator_without_the_pools_environment_retries_instead_of_judging(tm
     assert cache.environment(1) is ENVIRONMENT
     with pytest.raises(ModelUnavailable, match="pool 2: no environment is installed"):
         cache.environment(2)
+
+
+def test_a_node_without_the_pools_environment_is_not_ready() -> None:
+    from proofpool.worker.node import NodeNotReady, _taskset_of
+
+    assert _taskset_of(DEVNET_URI) is ENVIRONMENT.taskset
+    with pytest.raises(NodeNotReady, match="no environment is installed for 'hf://Qwen/Qwen3-0.6B'"):
+        _taskset_of("hf://Qwen/Qwen3-0.6B")
