@@ -30,7 +30,7 @@ from proofpool.trainer.world import SINGLE, World, shard_model
 from proofpool.core.rollout import RolloutSample
 
 if TYPE_CHECKING:
-    from transformers import LlamaForCausalLM, PretrainedConfig
+    from transformers import PretrainedConfig, PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -51,12 +51,12 @@ class Policy:
     model: torch.nn.Module
     """Trained by `grpo_step`: the mirror itself in one process, this rank's FSDP shard otherwise."""
     optimizer: torch.optim.Optimizer
-    mirror: LlamaForCausalLM | None
+    mirror: PreTrainedModel | None
     """Rank 0: the whole model with the weights of the last `sync`; None on other ranks."""
     mirror_optimizer: torch.optim.Optimizer | None
 
     @classmethod
-    def whole(cls, model: LlamaForCausalLM, cfg: GrpoConfig, optimizer_state: dict[str, Any] | None) -> Policy:
+    def whole(cls, model: PreTrainedModel, cfg: GrpoConfig, optimizer_state: dict[str, Any] | None) -> Policy:
         """The single-process policy: `model` (weights already loaded) trained in place, with AdamW
         restored from `optimizer_state` (the saved state) when there is one."""
         optimizer = make_optimizer(model, cfg)
@@ -84,9 +84,10 @@ class Policy:
     def follow(cls, world: World, blueprint: Blueprint, cfg: GrpoConfig) -> Policy:
         """Ranks > 0: the architecture of rank 0's model, weights (and the optimizer state when
         there is one) broadcast from rank 0 by the matching `shard`."""
-        from transformers import LlamaForCausalLM
+        from transformers import AutoModelForCausalLM
 
-        model = shard_model(LlamaForCausalLM(blueprint.config).to(torch.float32), world)  # overwritten below
+        blank = AutoModelForCausalLM.from_config(blueprint.config).to(torch.float32)  # weights overwritten below
+        model = shard_model(blank, world)
         model.train()
         optimizer = make_optimizer(model, cfg)
         _receive_weights(model, optimizer, {}, {} if blueprint.has_optimizer_state else None)
@@ -123,7 +124,7 @@ class Policy:
         )
 
     @property
-    def whole_model(self) -> LlamaForCausalLM:
+    def whole_model(self) -> PreTrainedModel:
         """The whole model as of the last `sync`, what gets published (rank 0 only)."""
         if self.mirror is None:
             raise RuntimeError("only rank 0 holds the whole model")

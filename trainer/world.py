@@ -113,7 +113,7 @@ def shard_model(model: torch.nn.Module, world: World) -> torch.nn.Module:
         return model
     from torch.distributed.fsdp import fully_shard
 
-    for layer in model.model.layers:  # Llama layout
+    for layer in model.model.layers:  # the decoder stack of Llama-style causal LMs (Llama, Qwen2, Mistral)
         fully_shard(layer)
     fully_shard(model)
     return model

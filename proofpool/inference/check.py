@@ -37,7 +37,7 @@ from proofpool.core.toploc.verify import NO_MATCH, ToplocReason
 from proofpool.inference.prefill import Recomputation, prefill_batch
 
 if TYPE_CHECKING:
-    from transformers import LlamaForCausalLM
+    from transformers import PreTrainedModel
 
     from proofpool.core.rollout import RolloutSample
 
@@ -182,7 +182,7 @@ def check_recomputed(
 
 
 def check_samples(
-    model: LlamaForCausalLM,
+    model: PreTrainedModel,
     samples: Sequence[RolloutSample],
     *,
     eos_token_id: int,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 if TYPE_CHECKING:
-    from transformers import LlamaForCausalLM
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -41,7 +41,7 @@ def _check_tokens(tokens: Sequence[int], vocab_size: int, what: str) -> None:
 
 
 def prefill_batch(
-    model: LlamaForCausalLM,
+    model: PreTrainedModel,
     samples: Sequence[tuple[Sequence[int], Sequence[int]]],
     max_batch_tokens: int = 16_384,
 ) -> list[Recomputation]:
@@ -75,7 +75,7 @@ def prefill_batch(
 
 
 def _run(
-    model: LlamaForCausalLM,
+    model: PreTrainedModel,
     samples: Sequence[tuple[Sequence[int], Sequence[int]]],
     sequences: list[list[int]],
     batch: list[int],
@@ -96,6 +96,6 @@ def _run(
             results[i] = Recomputation(hidden_states=rows.clone(), logits=logits)
 
 
-def prefill(model: LlamaForCausalLM, prompt_tokens: Sequence[int], completion_tokens: Sequence[int]) -> Recomputation:
+def prefill(model: PreTrainedModel, prompt_tokens: Sequence[int], completion_tokens: Sequence[int]) -> Recomputation:
     """`prefill_batch` for a single sample."""
     return prefill_batch(model, [(prompt_tokens, completion_tokens)])[0]

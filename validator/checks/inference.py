@@ -24,9 +24,9 @@ from proofpool.core.rollout import RolloutSample
 from proofpool.inference.check import FileVerdict, SampleVerdict, check_samples, file_verdict
 
 if TYPE_CHECKING:
-    from transformers import LlamaForCausalLM
+    from transformers import PreTrainedModel
 
-ModelLoader = Callable[[int], "LlamaForCausalLM"]
+ModelLoader = Callable[[int], "PreTrainedModel"]
 """Checkpoint version -> the loaded model (the caller caches it and has checked its hashes)."""
 
 
