@@ -111,5 +111,5 @@ def test_a_node_without_the_pools_environment_is_not_ready() -> None:
     from proofpool.worker.node import NodeNotReady, _taskset_of
 
     assert _taskset_of(DEVNET_URI) is ENVIRONMENT.taskset
-    with pytest.raises(NodeNotReady, match="no environment is installed for 'hf://Qwen/Qwen3-0.6B'"):
+    with pytest.raises(NodeNotReady, match=r"no environment is installed for 'hf://Qwen/Qwen3-0\.6B'"):
         _taskset_of("hf://Qwen/Qwen3-0.6B")
