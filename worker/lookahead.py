@@ -4,7 +4,7 @@ After a node reports batch N, the backend hands out batch N + 1 of the same chec
 the pool changed (a new checkpoint, other assignment settings, the node's state). Assignments
 are a pure function of public inputs (`proofpool.core.assignment`), so the node can work N + 1 out
 itself, send the heartbeat in the background and generate meanwhile: the round trip (about 10 ms
-a batch, 4 % of generation on the benchmark) no longer stops the engine. The heartbeat's answer
+a batch, 4 % of generation on the benchmark) does not stop the engine. The heartbeat's answer
 still decides: a generated batch is kept only if the assignment matches it field for field, and
 is dropped otherwise (one batch lost when a checkpoint is published).
 """

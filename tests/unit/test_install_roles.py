@@ -109,3 +109,25 @@ def test_artifacts_come_from_the_package_when_there_is_no_build_folder(
     finally:
         monkeypatch.undo()
         config.get_settings.cache_clear()
+
+
+def test_without_the_npm_toolchain_anvil_comes_from_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from proofpool.core.errors import ServiceUnavailable
+    from proofpool.infra.chain.anvil import anvil_binary
+
+    assert anvil_binary().parts[-3:] == ("node_modules", ".bin", "anvil")  # the checkout's pinned one
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    monkeypatch.setenv("PROOFPOOL_CONTRACTS_DIR", str(tmp_path / "no-contracts"))
+    monkeypatch.setenv("PATH", str(bin_dir))
+    config.get_settings.cache_clear()
+    try:
+        with pytest.raises(ServiceUnavailable, match="nor on PATH"):
+            anvil_binary()
+        fake = bin_dir / "anvil"
+        fake.write_text("#!/bin/sh\n")
+        fake.chmod(0o755)
+        assert anvil_binary() == fake
+    finally:
+        monkeypatch.undo()
+        config.get_settings.cache_clear()

@@ -7,6 +7,7 @@ the same flags, the same readiness check and the same clean shutdown.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import socket
 import subprocess
 import time
@@ -50,11 +51,17 @@ def anvil_account(index: int) -> LocalAccount:
 
 
 def anvil_binary() -> Path:
-    """Path of the anvil executable installed by `npm ci` in `contracts/`."""
+    """The anvil executable: the pinned one `make setup` installs in `contracts/node_modules`, else
+    one on PATH (an installed wheel has no npm toolchain of its own)."""
     path = get_settings().contracts_dir / "node_modules" / ".bin" / "anvil"
-    if not path.exists():
-        raise ServiceUnavailable(f"anvil not found at {path}: run `make setup` (npm ci in contracts/)")
-    return path
+    if path.exists():
+        return path
+    found = shutil.which("anvil")
+    if found is None:
+        raise ServiceUnavailable(
+            f"anvil not found at {path} nor on PATH: run `make setup` in a checkout, or install Foundry's anvil"
+        )
+    return Path(found)
 
 
 def free_port() -> int:
