@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import ast
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -105,9 +105,8 @@ def placement(module: str) -> tuple[int, Layer, str] | None:
     return best
 
 
-def imports_of(module: str, path: Path, known: Iterable[str]) -> list[tuple[int, str]]:
+def imports_of(module: str, path: Path, known: Container[str]) -> list[tuple[int, str]]:
     """(line, module) for each proofpool module that `module` imports."""
-    known = set(known)
     is_package = path.name == "__init__.py"
     found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
