@@ -35,6 +35,7 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
     ("validator", "validator", "Validators: run the Celery validator on a key, show verdicts and earnings."),
     ("trainer", "trainer", "Pool creators: GRPO on accepted rollouts, publishing each step as a checkpoint."),
     ("model", "model", "Environments and base models: list what is installed, prepare a pool's model."),
+    ("env", "env", "Task environments: list them, show a problem, score a completion."),
     ("db", "db", "Operators: create and migrate the PostgreSQL schema."),
     ("indexer", "indexer", "Operators: follow the chain into PostgreSQL and dispatch validations."),
     ("backend", "backend", "Operators: run the HTTP backend (discovery, orchestrator, uploads, ledger)."),

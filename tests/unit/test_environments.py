@@ -38,7 +38,7 @@ def test_a_model_uri_without_a_scheme_is_refused(uri: str) -> None:
 
 
 def test_an_uninstalled_environment_names_what_is_installed() -> None:
-    with pytest.raises(UnknownEnvironment, match=r"'hf'.*installed: devnet"):
+    with pytest.raises(UnknownEnvironment, match=r"'hf'.*installed: .*devnet"):
         environment_for("hf://Qwen/Qwen3-0.6B")
 
 
@@ -59,7 +59,7 @@ def test_the_arithmetic_taskset_is_deterministic_and_scores_its_own_problems() -
     prompt = tasks.prompt_tokens(problem)
     assert prompt[0] == ENVIRONMENT.tokens.bos_id and len(prompt) <= ENVIRONMENT.tokens.max_prompt_tokens
     right = ENVIRONMENT.reference_completion(problem)
-    assert right[-1] == ENVIRONMENT.tokens.eos_id
+    assert right[-1] in ENVIRONMENT.tokens.stop_ids
     assert tasks.score(problem, right) == 1.0
     assert tasks.score(problem, right[-1:]) == 0.0  # no answer at all
     with pytest.raises(InvalidProblemId):
@@ -69,10 +69,10 @@ def test_the_arithmetic_taskset_is_deterministic_and_scores_its_own_problems() -
 
 
 def test_token_limits_refuse_ids_outside_the_vocabulary() -> None:
-    with pytest.raises(ValueError, match="eos_id 16"):
-        TokenLimits(vocab_size=16, eos_id=16, pad_id=0, bos_id=None, max_prompt_tokens=4, max_completion_tokens=4)
+    with pytest.raises(ValueError, match="stop id 16"):
+        TokenLimits(vocab_size=16, stop_ids={16}, pad_id=0, bos_id=None, max_prompt_tokens=4, max_completion_tokens=4)
     with pytest.raises(ValueError, match="positive"):
-        TokenLimits(vocab_size=16, eos_id=2, pad_id=0, bos_id=1, max_prompt_tokens=0, max_completion_tokens=4)
+        TokenLimits(vocab_size=16, stop_ids={2}, pad_id=0, bos_id=1, max_prompt_tokens=0, max_completion_tokens=4)
 
 
 def test_the_model_commands_list_environments_and_refuse_an_unknown_uri() -> None:
@@ -108,8 +108,8 @@ def test_a_validator_without_the_pools_environment_retries_instead_of_judging(tm
 
 
 def test_a_node_without_the_pools_environment_is_not_ready() -> None:
-    from proofpool.worker.node import NodeNotReady, _taskset_of
+    from proofpool.worker.node import NodeNotReady, _environment_of
 
-    assert _taskset_of(DEVNET_URI) is ENVIRONMENT.taskset
+    assert _environment_of(DEVNET_URI) is ENVIRONMENT
     with pytest.raises(NodeNotReady, match=r"no environment is installed for 'hf://Qwen/Qwen3-0\.6B'"):
-        _taskset_of("hf://Qwen/Qwen3-0.6B")
+        _environment_of("hf://Qwen/Qwen3-0.6B")

@@ -1,0 +1,93 @@
+"""`proofpool env`: the task environments installed here, their problems and their scoring.
+
+A pool creator picks an environment and its config before creating a pool; a validator whose
+reward disagrees with a worker's wants to see the problem and score the completion by hand. Both
+get the exact code path the market runs: `show` prints the problem the worker prompts with, and
+`score` the reward a validator computes. Configs are JSON, inline or as `@file.json`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+app = typer.Typer(help="Task environments: list them, show a problem, score a completion.", no_args_is_help=True)
+
+ConfigOption = Annotated[
+    str | None,
+    typer.Option(
+        "--config",
+        "-c",
+        help='The environment config as JSON, or @FILE holding it (e.g. \'{"tasks": "gcd", "seed": 1}\'). Default: {}.',
+    ),
+]
+
+
+def _echo(value: dict[str, Any]) -> None:
+    typer.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+@app.command("list")
+def list_() -> None:
+    """List the installed task environments: id, version, and size with the default config."""
+    from proofpool.envs.tasks import TaskEnvironmentError, installed_task_environments, load_task_environment
+
+    found = installed_task_environments()
+    if not found:
+        typer.echo("no task environment installed (e.g. `pip install -e environments/math`)", err=True)
+        raise typer.Exit(1)
+    typer.echo(f"{'id':<16}{'version':<10}{'size':>10}  package")
+    for entry in found:
+        try:
+            size = str(len(load_task_environment(entry.id, {})))
+        except TaskEnvironmentError:
+            size = "config"  # no default: `show`/`score` need --config
+        typer.echo(f"{entry.id:<16}{entry.version or '?':<10}{size:>10}  {entry.distribution or entry.target}")
+
+
+@app.command()
+def show(
+    env: Annotated[str, typer.Argument(help="Environment id, as `proofpool env list` prints it.")],
+    index: Annotated[int, typer.Option("--index", "-i", help="Problem index, 0..size-1.")],
+    config: ConfigOption = None,
+) -> None:
+    """Print problem INDEX of ENV as JSON: its source id, chat turns, reference answer and metadata."""
+    from proofpool.envs.tasks import load_task_environment, read_config
+
+    problem = load_task_environment(env, read_config(config)).problem(index)
+    _echo(dataclasses.asdict(problem) | {"metadata": dict(problem.metadata)})
+
+
+@app.command()
+def score(
+    env: Annotated[str, typer.Argument(help="Environment id, as `proofpool env list` prints it.")],
+    index: Annotated[int, typer.Option("--index", "-i", help="Problem index, 0..size-1.")],
+    completion_file: Annotated[
+        Path, typer.Option("--completion-file", "-f", help="The completion's text (`-` reads standard input).")
+    ],
+    config: ConfigOption = None,
+) -> None:
+    """Score a completion of problem INDEX of ENV as validators do; prints reward, status and detail."""
+    import sys
+
+    from proofpool.envs.tasks import load_task_environment, read_config
+
+    completion = sys.stdin.read() if str(completion_file) == "-" else completion_file.read_text()
+    verdict = load_task_environment(env, read_config(config)).score(index, completion)
+    _echo({"reward": verdict.reward, "status": verdict.status, "detail": verdict.detail})
+
+
+@app.command()
+def describe(
+    env: Annotated[str, typer.Argument(help="Environment id, as `proofpool env list` prints it.")],
+    config: ConfigOption = None,
+) -> None:
+    """Print what a pool spec pins of ENV with this config: normalized config, package versions, data digest."""
+    from proofpool.envs.tasks import load_task_environment, read_config
+
+    environment = load_task_environment(env, read_config(config))
+    _echo({"id": environment.id, "version": environment.version, "size": len(environment), **environment.describe()})
