@@ -113,6 +113,7 @@ def _plan(problems: Sequence[Problem], seed: int, temperature: float = 1.0, max_
         sampling_seed=seed,
         temperature=temperature,
         max_tokens=max_tokens,
+        stop_ids=ENVIRONMENT.tokens.stop_ids,
     )
 
 
@@ -146,7 +147,8 @@ def long_files(engine: Any, n_files: int) -> list[list[RolloutSample]]:
         prompts = [[1, *torch.randint(4, 16, (n,), generator=gen).tolist()] for n in lengths]
         seed = BASE_SEED + 900 + f
         requests = [
-            GenerationRequest(tuple(p), SamplerSettings(seed, i, 10.0), LONG_MAX_TOKENS) for i, p in enumerate(prompts)
+            GenerationRequest(tuple(p), SamplerSettings(seed, i, 10.0), LONG_MAX_TOKENS, {EOS_ID})
+            for i, p in enumerate(prompts)
         ]
         gens = engine.generate(requests)
         completed = [
@@ -254,7 +256,7 @@ def judge_file(
     """Per-row verdicts and the file statistics of one file (and the verdicts, for resampling)."""
     recs = recs or prefill_batch(validator, [(s.prompt_tokens, s.completion_tokens) for s in rows])
     verdicts = check_recomputed(
-        rows, recs, list(range(len(rows))), eos_token_id=EOS_ID, max_tokens=max(MAX_TOKENS, LONG_MAX_TOKENS)
+        rows, recs, list(range(len(rows))), stop_ids={EOS_ID}, max_tokens=max(MAX_TOKENS, LONG_MAX_TOKENS)
     )
     whole = file_verdict(verdicts)
     out: dict[str, Any] = {
@@ -271,7 +273,7 @@ def judge_file(
     ]
     passing = [i for i, v in enumerate(verdicts) if v.accepted]
     for b in NOISE_SCALES:
-        checks = verify_batch(inputs, EOS_ID, LONG_MAX_TOKENS, tie_noise_scale=b)
+        checks = verify_batch(inputs, {EOS_ID}, LONG_MAX_TOKENS, tie_noise_scale=b)
         test = tie_test(checks[i] for i in passing)
         out[f"tie_b{b:g}"] = {
             "near_ties": test.near_ties,
@@ -304,12 +306,12 @@ def noise_scale_fit(inputs: Sequence[SamplingInput]) -> dict[str, Any]:
     grid = np.geomspace(0.002, 0.25, 36)
     best: tuple[float, float] = (-math.inf, 0.0)
     for b in grid:
-        checks = verify_batch(inputs, EOS_ID, LONG_MAX_TOKENS, tie_noise_scale=float(b))
+        checks = verify_batch(inputs, {EOS_ID}, LONG_MAX_TOKENS, tie_noise_scale=float(b))
         p = np.clip(np.array([q for c in checks for q in c.flip_probs]), 1e-300, 1 - 1e-12)
         hit = np.array([f for c in checks for f in c.flipped], dtype=bool)
         loglik = float(np.log(p[hit]).sum() + np.log1p(-p[~hit]).sum())
         best = max(best, (loglik, float(b)))
-    checks = verify_batch(inputs, EOS_ID, LONG_MAX_TOKENS)
+    checks = verify_batch(inputs, {EOS_ID}, LONG_MAX_TOKENS)
     return {
         "b_mle": round(best[1], 4),
         "near_ties": sum(c.near_ties for c in checks),

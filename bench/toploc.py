@@ -99,7 +99,8 @@ def _workloads() -> list[tuple[str, Workload]]:
 
 def _requests(w: Workload) -> list[GenerationRequest]:
     return [
-        GenerationRequest(p, SamplerSettings(SEED, i, w.temperature), w.max_tokens) for i, p in enumerate(w.prompts)
+        GenerationRequest(p, SamplerSettings(SEED, i, w.temperature), w.max_tokens, {EOS_ID})
+        for i, p in enumerate(w.prompts)
     ]
 
 
@@ -174,7 +175,7 @@ def _full_recompute(model: Any, samples: list, n_tokens: int, gen_tps: float, w:
     verdicts: list = []
 
     def checks() -> None:
-        verdicts[:] = check_recomputed(samples, recs, every_row, eos_token_id=EOS_ID, max_tokens=w.max_tokens)
+        verdicts[:] = check_recomputed(samples, recs, every_row, stop_ids={EOS_ID}, max_tokens=w.max_tokens)
 
     check_s = _best_seconds(checks)
     tps = n_tokens / (prefill_s + check_s)
@@ -202,7 +203,7 @@ def _spot_check(model: Any, samples: list, n_tokens: int, gen_tps: float, w: Wor
         verdicts[:] = check_samples(
             model,
             samples,
-            eos_token_id=EOS_ID,
+            stop_ids={EOS_ID},
             max_tokens=w.max_tokens,
             sample_rate=SPOT_CHECK_RATE,
             selection_seed=next(seeds),

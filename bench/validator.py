@@ -109,7 +109,9 @@ def throughput(files: list[tuple[bytes, bytes]], pool_id: int, node: str) -> lis
     with InferenceEngine(path) as engine:
         plans = [
             [
-                GenerationRequest(r.prompt_tokens, SamplerSettings(r.sampling_seed, i, r.temperature), 8)
+                GenerationRequest(
+                    r.prompt_tokens, SamplerSettings(r.sampling_seed, i, r.temperature), 8, ENVIRONMENT.tokens.stop_ids
+                )
                 for i, r in enumerate(rows)
             ]
             for rows in samples

@@ -178,6 +178,7 @@ def time_engine(node: str, pool_id: int, warm_up: int, batch_ids: list[int], bat
             sampling_seed=seed,
             temperature=TEMPERATURE,
             max_tokens=MAX_TOKENS,
+            stop_ids=ENVIRONMENT.tokens.stop_ids,
             model_version=0,
         )
 
@@ -187,7 +188,13 @@ def time_engine(node: str, pool_id: int, warm_up: int, batch_ids: list[int], bat
         for batch in batch_ids:
             tasks, seed = plan(batch)
             requests = plan_batch(
-                TASKS, tasks, group_size=GROUP_SIZE, sampling_seed=seed, temperature=TEMPERATURE, max_tokens=MAX_TOKENS
+                TASKS,
+                tasks,
+                group_size=GROUP_SIZE,
+                sampling_seed=seed,
+                temperature=TEMPERATURE,
+                max_tokens=MAX_TOKENS,
+                stop_ids=ENVIRONMENT.tokens.stop_ids,
             ).requests
             started = time.perf_counter()
             generations = engine.generate(requests)

@@ -108,15 +108,26 @@ def broadcast(world: World, value: T | None = None) -> T:
 
 
 def shard_model(model: torch.nn.Module, world: World) -> torch.nn.Module:
-    """FSDP: each decoder layer, then the whole model, sharded across the ranks."""
+    """FSDP: each block the model says must stay whole (`_no_split_modules`: its decoder layers),
+    then the whole model, sharded across the ranks."""
     if world.size == 1:
         return model
     from torch.distributed.fsdp import fully_shard
 
-    for layer in model.model.layers:  # the decoder stack of Llama-style causal LMs (Llama, Qwen2, Mistral)
-        fully_shard(layer)
+    for block in unsplit_blocks(model):
+        fully_shard(block)
     fully_shard(model)
     return model
+
+
+def unsplit_blocks(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The submodules whose class a transformers model lists in `_no_split_modules` (its decoder
+    layers), outermost first: the units FSDP gathers one at a time."""
+    names = set(getattr(model, "_no_split_modules", None) or ())
+    blocks = [m for m in model.modules() if type(m).__name__ in names]
+    if not blocks:
+        raise ValueError(f"{type(model).__name__} lists no _no_split_modules present in it: nothing to shard by")
+    return blocks
 
 
 def full_state_dict(model: torch.nn.Module, world: World) -> dict[str, torch.Tensor]:

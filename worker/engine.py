@@ -35,6 +35,7 @@ import torch
 from proofpool.worker.sampler import EXTRA_ARGS_KEY, GumbelMaxLogitsProcessor, SamplerSettings, sampler_extra_args
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.inference.model import check_architecture
 
 if TYPE_CHECKING:
     from vllm import LLM
@@ -56,11 +57,17 @@ class GenerationRequest:
     prompt_tokens: tuple[int, ...]
     sampler: SamplerSettings
     max_tokens: int
+    stop_ids: frozenset[int]
+    """The pool's stop set: generation ends at the first of these ids and at no other (the model's
+    own end-of-sequence ids are not added), so it ends exactly where validators expect."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt_tokens", tuple(int(t) for t in self.prompt_tokens))
+        object.__setattr__(self, "stop_ids", frozenset(int(t) for t in self.stop_ids))
         if not self.prompt_tokens:
             raise ValueError("prompt must not be empty")
+        if not self.stop_ids:
+            raise ValueError("a request needs at least one stop id")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
 
@@ -225,6 +232,7 @@ class InferenceEngine:
         self.config = config or EngineConfig()
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # in-process: hooks see the forward pass
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.config.kv_cache_gib))
+        check_architecture(model_path)  # before vLLM: a clear refusal, not a failure deep in its loader
         _shield_llvmlite_from_kernel_scan()
         from vllm import LLM
 
@@ -281,6 +289,8 @@ class InferenceEngine:
             SamplingParams(
                 temperature=0.0,  # greedy over logits the sampler already reduced to one token
                 max_tokens=r.max_tokens,
+                ignore_eos=True,  # the pool's stop set, not the tokenizer's and generation config's
+                stop_token_ids=sorted(r.stop_ids),
                 detokenize=False,
                 extra_args=sampler_extra_args(r.sampler, **{REQUEST_KEY: key}),
             )
@@ -335,7 +345,16 @@ def _hook_final_norm(capture: _Capture) -> Any:
     """apply_model target: register `capture.hook` on the model's final norm."""
 
     def register(model: torch.nn.Module) -> Any:
-        norm = model.model.norm  # Llama-family layout: model.model.norm is the final RMSNorm
-        return norm.register_forward_hook(capture.hook)
+        return final_norm(model).register_forward_hook(capture.hook)
 
     return register
+
+
+def final_norm(model: torch.nn.Module) -> torch.nn.Module:
+    """The decoder's final norm in vLLM's model: its output is what the logits are computed from,
+    so TOPLOC commits to it. Every allowlisted family (`proofpool.inference.model`) names it
+    `model.norm` in vLLM, as transformers' decoder does."""
+    norm = dict(model.named_modules()).get("model.norm")
+    if norm is None:
+        raise EngineError(f"{type(model).__name__} has no final norm at model.norm: TOPLOC cannot capture it")
+    return norm

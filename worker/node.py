@@ -45,7 +45,7 @@ from proofpool.worker.rollout import RolloutFile, generate_rollout_file
 from proofpool.worker.strategy import Honest, RolloutStrategy
 from proofpool.worker.submit import SubmitRefused, stale_reason, submit, upload
 
-from proofpool.core.environment import Taskset
+from proofpool.core.environment import Environment, Taskset
 from proofpool.core.errors import ProofpoolError
 from proofpool.core.rollout import RolloutFileMeta
 from proofpool.envs import UnknownEnvironment, environment_for
@@ -131,15 +131,20 @@ class WorkerNode:
         self._lookahead = Lookahead()
         self._uploads = httpx.Client(timeout=120.0)
         """One client for every presigned PUT (used by the submitter thread only)."""
-        self._taskset: Taskset | None = None
+        self._environment: Environment | None = None
+
+    @property
+    def environment(self) -> Environment:
+        """The pool's environment, the one its on-chain model URI names (looked up once)."""
+        if self._environment is None:
+            model_uri = self._chain(lambda: self.client.pool.get_pool(self.config.pool_id).model_uri, "pool lookup")
+            self._environment = _environment_of(model_uri)
+        return self._environment
 
     @property
     def taskset(self) -> Taskset:
-        """The pool's task set, from the environment its on-chain model URI names (looked up once)."""
-        if self._taskset is None:
-            model_uri = self._chain(lambda: self.client.pool.get_pool(self.config.pool_id).model_uri, "pool lookup")
-            self._taskset = _taskset_of(model_uri)
-        return self._taskset
+        """The pool's task set: its problems, prompts and rewards."""
+        return self.environment.taskset
 
     # --- start-up ---------------------------------------------------------------------------
 
@@ -188,7 +193,7 @@ class WorkerNode:
         pool = self.client.pool.get_pool(pool_id)
         if pool.status is PoolStatus.CLOSED:
             raise NodeNotReady(f"pool {pool_id} is closed")
-        self._taskset = _taskset_of(pool.model_uri)  # its environment must be installed before the node joins
+        self._environment = _environment_of(pool.model_uri)  # it must be installed before the node joins
         self._check_not_barred()
         if self.client.w3.eth.get_balance(node) == 0:
             raise NodeNotReady(f"node {node} has no ETH to pay gas for submitWork; send it some from the provider")
@@ -346,6 +351,7 @@ class WorkerNode:
                 sampling_seed=a.sampling_seed,
                 temperature=a.temperature,
                 max_tokens=a.max_tokens,
+                stop_ids=self.environment.tokens.stop_ids,
                 model_version=a.checkpoint_version,
             )
 
@@ -522,10 +528,10 @@ class Submitter:
                     )
 
 
-def _taskset_of(model_uri: str) -> Taskset:
-    """The task set of a pool created with `model_uri`; a node without its environment cannot work."""
+def _environment_of(model_uri: str) -> Environment:
+    """The environment of a pool created with `model_uri`; a node without it cannot work."""
     try:
-        return environment_for(model_uri).taskset
+        return environment_for(model_uri)
     except UnknownEnvironment as exc:
         raise NodeNotReady(str(exc)) from exc
 

@@ -47,6 +47,7 @@ def plan_batch(
     sampling_seed: int,
     temperature: float,
     max_tokens: int,
+    stop_ids: frozenset[int],
 ) -> BatchPlan:
     """`group_size` seeded samples of each problem (prompted as the pool's task set builds it), row i
     with sample index i."""
@@ -55,7 +56,8 @@ def plan_batch(
         prompt = taskset.prompt_tokens(task_id)
         for _ in range(group_size):
             index = len(requests)
-            requests.append(GenerationRequest(prompt, SamplerSettings(sampling_seed, index, temperature), max_tokens))
+            settings = SamplerSettings(sampling_seed, index, temperature)
+            requests.append(GenerationRequest(prompt, settings, max_tokens, stop_ids))
             problem_ids.append(task_id)
             group_ids.append(group)
     return BatchPlan(tuple(requests), tuple(problem_ids), tuple(group_ids))
@@ -96,9 +98,10 @@ def generate_rollout_file(
     sampling_seed: int,
     temperature: float,
     max_tokens: int,
+    stop_ids: frozenset[int],
     model_version: int,
 ) -> RolloutFile:
-    """Generate, prove, score and serialize one assignment's batch."""
+    """Generate, prove, score and serialize one assignment's batch (ending at the pool's `stop_ids`)."""
     plan = plan_batch(
         taskset,
         task_ids,
@@ -106,6 +109,7 @@ def generate_rollout_file(
         sampling_seed=sampling_seed,
         temperature=temperature,
         max_tokens=max_tokens,
+        stop_ids=stop_ids,
     )
     generations = engine.generate(plan.requests)
     samples = rollout_samples(

@@ -35,8 +35,10 @@ class TokenLimits:
 
     vocab_size: int
     """Token ids are in 0..vocab_size - 1; a row holding any other id is rejected."""
-    eos_id: int
-    """The id that ends a completion: a completion shorter than its budget must end with it."""
+    stop_ids: frozenset[int]
+    """The ids that end a completion (the engine stops at the first): a completion shorter than its
+    budget must end with one, and none may appear before its end. Instruct models list several
+    (`generation_config.json`'s `eos_token_id` and the tokenizer's end-of-sequence token)."""
     pad_id: int
     """The id the trainer pads batches with (never attended to)."""
     bos_id: int | None
@@ -49,8 +51,14 @@ class TokenLimits:
     def __post_init__(self) -> None:
         if self.vocab_size < 1 or self.max_prompt_tokens < 1 or self.max_completion_tokens < 1:
             raise ValueError(f"token limits must be positive: {self}")
-        for name in ("eos_id", "pad_id", "bos_id"):
-            value = getattr(self, name)
+        object.__setattr__(self, "stop_ids", frozenset(int(t) for t in self.stop_ids))
+        if not self.stop_ids:
+            raise ValueError("stop_ids must name at least one token")
+        for name, value in [
+            *(("stop id", t) for t in sorted(self.stop_ids)),
+            ("pad_id", self.pad_id),
+            ("bos_id", self.bos_id),
+        ]:
             if value is not None and not 0 <= value < self.vocab_size:
                 raise ValueError(f"{name} {value} is outside the vocabulary of {self.vocab_size}")
 

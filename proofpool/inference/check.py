@@ -17,9 +17,11 @@ built the file. A file with c cheated rows out of n, k of them checked, is caugh
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
@@ -128,6 +130,9 @@ class SampleVerdict:
     sampling: SamplingCheck
     row: int
     """The sample's row (= sample index) in its rollout file."""
+    rechecked: bool = False
+    """Accepted on a float32 recomputation after the reduced-precision one rejected its sampling
+    (`recheck_in_fp32`); its evidence is the float32 one."""
 
 
 def check_sample(
@@ -138,7 +143,7 @@ def check_sample(
     temperature: float,
     sampling_seed: int,
     sample_index: int,
-    eos_token_id: int,
+    stop_ids: Collection[int],
     max_tokens: int,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
 ) -> SampleVerdict:
@@ -151,7 +156,7 @@ def check_sample(
         [recomputed],
         [proofs],
         [SamplingInput(recomputed.logits, completion_tokens, temperature, sampling_seed, sample_index)],
-        eos_token_id=eos_token_id,
+        stop_ids=stop_ids,
         max_tokens=max_tokens,
         tie_tolerance=tie_tolerance,
     )[0]
@@ -162,7 +167,7 @@ def check_recomputed(
     recomputed: Sequence[Recomputation],
     rows: Sequence[int],
     *,
-    eos_token_id: int,
+    stop_ids: Collection[int],
     max_tokens: int,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
 ) -> list[SampleVerdict]:
@@ -175,7 +180,7 @@ def check_recomputed(
             SamplingInput(r.logits, s.completion_tokens, s.temperature, s.sampling_seed, row)
             for s, r, row in zip(samples, recomputed, rows, strict=True)
         ],
-        eos_token_id=eos_token_id,
+        stop_ids=stop_ids,
         max_tokens=max_tokens,
         tie_tolerance=tie_tolerance,
     )
@@ -185,7 +190,7 @@ def check_samples(
     model: PreTrainedModel,
     samples: Sequence[RolloutSample],
     *,
-    eos_token_id: int,
+    stop_ids: Collection[int],
     max_tokens: int,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
     sample_rate: float = 1.0,
@@ -206,9 +211,49 @@ def check_samples(
     rows = spot_check_rows(len(samples), sample_rate, selection_seed)
     chosen = [samples[i] for i in rows]
     recomputed = prefill_batch(model, [(s.prompt_tokens, s.completion_tokens) for s in chosen])
-    return check_recomputed(
-        chosen, recomputed, rows, eos_token_id=eos_token_id, max_tokens=max_tokens, tie_tolerance=tie_tolerance
+    verdicts = check_recomputed(
+        chosen, recomputed, rows, stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=tie_tolerance
     )
+    return recheck_in_fp32(
+        model, samples, verdicts, stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=tie_tolerance
+    )
+
+
+def recheck_in_fp32(
+    model: PreTrainedModel,
+    samples: Sequence[RolloutSample],
+    verdicts: Sequence[SampleVerdict],
+    *,
+    stop_ids: Collection[int],
+    max_tokens: int,
+    tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
+) -> list[SampleVerdict]:
+    """Judge again, on a float32 recomputation, the rows a reduced-precision model rejected for
+    their sampling alone; a row that passes there is accepted (`SampleVerdict.rechecked`).
+
+    A sampling gap is the disagreement of two engines' logits, and a bf16 validator adds its own
+    rounding to the worker's: a rare honest near-tie can land beyond the tolerance through the
+    validator's numerics alone. Recomputing in float32 removes that half of the noise, so the
+    validator's own precision never decides a slash. An edited or cheap-model token trails the
+    winner by whole logit units in any precision and is still rejected. Only failing rows are
+    recomputed, so honest files cost nothing more."""
+    import torch
+
+    suspects = [i for i, v in enumerate(verdicts) if v.reason == "sampling_mismatch"]
+    if not suspects or next(model.parameters()).dtype == torch.float32:
+        return list(verdicts)
+    exact = copy.deepcopy(model).float()
+    rows = [verdicts[i].row for i in suspects]
+    chosen = [samples[r] for r in rows]
+    recomputed = prefill_batch(exact, [(s.prompt_tokens, s.completion_tokens) for s in chosen])
+    again = check_recomputed(
+        chosen, recomputed, rows, stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=tie_tolerance
+    )
+    out = list(verdicts)
+    for i, verdict in zip(suspects, again, strict=True):
+        if verdict.accepted:
+            out[i] = dataclasses.replace(verdict, rechecked=True)
+    return out
 
 
 def spot_check_rows(n_rows: int, sample_rate: float, selection_seed: bytes | None) -> list[int]:
@@ -249,13 +294,13 @@ def _judge(
     proofs: Sequence[object],
     sampling_inputs: Sequence[SamplingInput],
     *,
-    eos_token_id: int,
+    stop_ids: Collection[int],
     max_tokens: int,
     tie_tolerance: float,
 ) -> list[SampleVerdict]:
     """TOPLOC for every sample in one batch, sampling in one batch, then one verdict per sample."""
     toploc = verify_proof_blobs_batch([r.hidden_states for r in recomputed], proofs)
-    sampling = verify_batch(sampling_inputs, eos_token_id, max_tokens, tie_tolerance=tie_tolerance)
+    sampling = verify_batch(sampling_inputs, stop_ids, max_tokens, tie_tolerance=tie_tolerance)
     verdicts = []
     for chunks, check, claim in zip(toploc, sampling, sampling_inputs, strict=True):
         toploc_ok, toploc_reason = toploc_verdict(chunks)

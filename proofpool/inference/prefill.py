@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from proofpool.inference.model import decoder_and_head
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -87,12 +89,13 @@ def _run(
     input_ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
     for row, i in enumerate(batch):
         input_ids[row, : len(sequences[i])] = torch.tensor(sequences[i], dtype=torch.long)
+    decoder, head = decoder_and_head(model)
     with torch.inference_mode():
-        hidden = model.model(input_ids=input_ids).last_hidden_state  # [batch, width, hidden], post-norm
+        hidden = decoder(input_ids=input_ids).last_hidden_state  # [batch, width, hidden], post-norm
         for row, i in enumerate(batch):
             prompt_len, n = len(samples[i][0]), len(samples[i][1])
             rows = hidden[row, prompt_len - 1 : prompt_len - 1 + n]  # [n, hidden]
-            logits = model.lm_head(rows).float()  # [n, vocab]
+            logits = head(rows).float()  # [n, vocab]
             results[i] = Recomputation(hidden_states=rows.clone(), logits=logits)
 
 

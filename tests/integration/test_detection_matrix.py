@@ -91,7 +91,7 @@ def plan(
     from proofpool.worker.sampler import SamplerSettings
 
     return [
-        GenerationRequest(tuple(p), SamplerSettings(SAMPLING_SEED, first_index + i, temperature), max_tokens)
+        GenerationRequest(tuple(p), SamplerSettings(SAMPLING_SEED, first_index + i, temperature), max_tokens, {EOS_ID})
         for i, p in enumerate(prompts)
     ]
 
@@ -151,7 +151,7 @@ def prove_with(model: Any, samples: Sequence[RolloutSample]) -> list[RolloutSamp
 
 def judge(world: World, samples: Sequence[RolloutSample], precision: str = "bf16") -> list[SampleVerdict]:
     model = world.bf16 if precision == "bf16" else world.fp32
-    return check_samples(model, samples, eos_token_id=EOS_ID, max_tokens=max(MAX_TOKENS, LONG_MAX_TOKENS))
+    return check_samples(model, samples, stop_ids={EOS_ID}, max_tokens=max(MAX_TOKENS, LONG_MAX_TOKENS))
 
 
 def record(world: World, case: str, expect: str, verdicts: Sequence[SampleVerdict], note: str = "") -> MatrixRow:

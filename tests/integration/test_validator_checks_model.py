@@ -23,6 +23,7 @@ from proofpool_arithmetic.tokenizer import VOCAB
 
 from proofpool.core.assignment import sampling_seed, task_ids
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
+from proofpool.core.sampling.verify import DEFAULT_TIE_TOLERANCE
 from proofpool.inference import check
 from proofpool.inference.check import spot_check_rows
 from proofpool.inference.model import load_model
@@ -128,6 +129,7 @@ def test_honest_pytorch_file_is_accepted(world: World, precision: str) -> None:
     assert evidence["rejected_rows"] == 0 and evidence["reproduced_fraction"] == 1.0
     assert evidence["work_units"] == tokens
     assert 0 <= evidence["worst_exp_mismatches"] <= 38  # TOPLOC's bound, with the margin on record
+    assert 0 <= evidence["worst_sampling_gap"] <= DEFAULT_TIE_TOLERANCE  # the sampling margin on record
     assert world.loads == [VERSION]  # loaded once, for the submitted version
     # the task is learnable: both rewards occur, so advantages are not all zero
     assert {s.reward for s in world.honest} == {0.0, 1.0}
@@ -216,6 +218,7 @@ def test_sampling_evidence_names_the_edited_position(world: World) -> None:
     assert verdict.reason == "sampling_mismatch"
     assert verdict.evidence["sampling"]["first_mismatch"] == 0
     assert verdict.evidence["reproduced_fraction"] == (N_ROWS - 1) / N_ROWS
+    assert verdict.evidence["worst_sampling_gap"] > DEFAULT_TIE_TOLERANCE  # the edited row's gap
     assert all(c["exp_mismatches"] <= 38 for c in verdict.evidence["toploc"])  # re-proven: TOPLOC passes
 
 

@@ -131,7 +131,7 @@ def honest(logits: torch.Tensor) -> list[int]:
 
 
 def _check(logits, tokens, temperature=TEMP, max_tokens=N, **kw) -> SamplingCheck:
-    return verify(logits, tokens, temperature, SEED, INDEX, EOS, max_tokens, **kw)
+    return verify(logits, tokens, temperature, SEED, INDEX, {EOS}, max_tokens, **kw)
 
 
 def test_honest_tokens_reproduce_fully(logits, honest) -> None:
@@ -153,8 +153,8 @@ def test_one_edited_token_fails(logits, honest) -> None:
 def test_other_temperature_seed_or_index_fails(logits, honest) -> None:
     assert sampling_verdict(_check(logits, honest, temperature=0.5)) == (False, "sampling_mismatch")
     assert sampling_verdict(_check(logits, honest, temperature=0.0)) == (False, "sampling_mismatch")
-    other_seed = verify(logits, honest, TEMP, SEED + 1, INDEX, EOS, N)
-    other_index = verify(logits, honest, TEMP, SEED, INDEX + 1, EOS, N)
+    other_seed = verify(logits, honest, TEMP, SEED + 1, INDEX, {EOS}, N)
+    other_index = verify(logits, honest, TEMP, SEED, INDEX + 1, {EOS}, N)
     assert other_seed.fraction_reproduced < 0.5 and other_index.fraction_reproduced < 0.5
 
 
@@ -218,7 +218,7 @@ def test_eos_and_length_rules(logits, honest, edit, max_tokens: int, expected) -
 def test_eos_before_the_end_is_an_eos_mismatch() -> None:
     logits = torch.zeros(3, 8)
     logits[:, 2] = 100.0  # greedy picks 2 everywhere
-    check = verify(logits, [2, 2, 2], 0.0, 0, 0, eos_token_id=2, max_tokens=10)
+    check = verify(logits, [2, 2, 2], 0.0, 0, 0, stop_ids={2}, max_tokens=10)
     assert check.reproduced == 3 and not check.eos_ok
     assert sampling_verdict(check) == (False, "eos_mismatch")
 

@@ -63,13 +63,13 @@ def _inputs(vocab: int = VOCAB) -> list[SamplingInput]:
 
 
 def _verify_one(s: SamplingInput, eos: int, max_tokens: int):
-    return verify(s.logits, s.completion_tokens, s.temperature, s.seed, s.sample_index, eos, max_tokens)
+    return verify(s.logits, s.completion_tokens, s.temperature, s.seed, s.sample_index, {eos}, max_tokens)
 
 
 @pytest.mark.parametrize("max_tokens", [1, 20, 40])
 def test_batch_equals_per_sample(max_tokens: int) -> None:
     inputs = _inputs()
-    batch = verify_batch(inputs, EOS, max_tokens)
+    batch = verify_batch(inputs, {EOS}, max_tokens)
     assert batch == [_verify_one(s, EOS, max_tokens) for s in inputs]
     assert {c.first_mismatch for c in batch} >= {None, 2}
     assert any(c.tolerated_ties for c in batch) and any(not c.eos_ok for c in batch)
@@ -84,18 +84,18 @@ def test_blocks_spanning_samples_give_the_same_scores() -> None:
     rows = torch.cat([torch.from_numpy(block.copy()) for _, block in blocks])
     want = [scores(s.logits, s.temperature, s.seed, s.sample_index, torch.arange(s.logits.shape[0])) for s in inputs]
     assert torch.equal(rows, torch.cat(want))
-    assert verify_batch(inputs, EOS % vocab, 40) == [_verify_one(s, EOS % vocab, 40) for s in inputs]
+    assert verify_batch(inputs, {EOS % vocab}, 40) == [_verify_one(s, EOS % vocab, 40) for s in inputs]
 
 
 def test_bad_batches_raise() -> None:
     good = SamplingInput(_logits(0, 3), [1, 2, 3], 1.0, 0, 0)
-    assert verify_batch([], EOS, 10) == []
+    assert verify_batch([], {EOS}, 10) == []
     with pytest.raises(ValueError):
-        verify_batch([good, SamplingInput(_logits(0, 3, 500), [1, 2, 3], 1.0, 0, 1)], EOS, 10)  # two vocabularies
+        verify_batch([good, SamplingInput(_logits(0, 3, 500), [1, 2, 3], 1.0, 0, 1)], {EOS}, 10)  # two vocabularies
     with pytest.raises(ValueError):
-        verify_batch([good, SamplingInput(_logits(0, 3), [1, 2], 1.0, 0, 1)], EOS, 10)  # rows != tokens
+        verify_batch([good, SamplingInput(_logits(0, 3), [1, 2], 1.0, 0, 1)], {EOS}, 10)  # rows != tokens
     with pytest.raises(ValueError):
-        verify_batch([good, SamplingInput(_logits(0, 3), [1, 2, 3], -1.0, 0, 1)], EOS, 10)
+        verify_batch([good, SamplingInput(_logits(0, 3), [1, 2, 3], -1.0, 0, 1)], {EOS}, 10)
 
 
 # --- whole files, and spot-checking ---------------------------------------------------------------
@@ -148,7 +148,7 @@ def _without_flip_probs(v: SampleVerdict) -> SampleVerdict:
 def test_file_check_equals_per_row_checks(model, rows) -> None:
     files = [rows, _cheat(rows, {1, 5, 22})]
     for samples in files:
-        verdicts = check_samples(model, samples, eos_token_id=EOS_ID, max_tokens=MAX_TOKENS)
+        verdicts = check_samples(model, samples, stop_ids={EOS_ID}, max_tokens=MAX_TOKENS)
         singles = [
             check_sample(
                 prefill(model, s.prompt_tokens, s.completion_tokens),
@@ -157,7 +157,7 @@ def test_file_check_equals_per_row_checks(model, rows) -> None:
                 temperature=s.temperature,
                 sampling_seed=s.sampling_seed,
                 sample_index=i,
-                eos_token_id=EOS_ID,
+                stop_ids={EOS_ID},
                 max_tokens=MAX_TOKENS,
             )
             for i, s in enumerate(samples)
@@ -166,19 +166,19 @@ def test_file_check_equals_per_row_checks(model, rows) -> None:
         for batched, single in zip(verdicts, singles, strict=True):  # batched kernels round differently
             assert batched.sampling.flip_probs == pytest.approx(single.sampling.flip_probs, rel=1e-3, abs=1e-6)
         assert [v.row for v in verdicts] == list(range(len(samples)))
-    honest = check_samples(model, files[0], eos_token_id=EOS_ID, max_tokens=MAX_TOKENS)
+    honest = check_samples(model, files[0], stop_ids={EOS_ID}, max_tokens=MAX_TOKENS)
     assert all(v.accepted for v in honest)
-    cheated = check_samples(model, files[1], eos_token_id=EOS_ID, max_tokens=MAX_TOKENS)
+    cheated = check_samples(model, files[1], stop_ids={EOS_ID}, max_tokens=MAX_TOKENS)
     assert {v.row for v in cheated if not v.accepted} == {1, 5, 22}
 
 
 def test_spot_check_recomputes_only_the_drawn_rows(model, rows) -> None:
     samples = _cheat(rows, {1, 5, 22})
-    full = check_samples(model, samples, eos_token_id=EOS_ID, max_tokens=MAX_TOKENS)
+    full = check_samples(model, samples, stop_ids={EOS_ID}, max_tokens=MAX_TOKENS)
     for seed in (b"block-hash-1", b"block-hash-2", bytes(32)):
         drawn = spot_check_rows(len(samples), 0.25, seed)
         verdicts = check_samples(
-            model, samples, eos_token_id=EOS_ID, max_tokens=MAX_TOKENS, sample_rate=0.25, selection_seed=seed
+            model, samples, stop_ids={EOS_ID}, max_tokens=MAX_TOKENS, sample_rate=0.25, selection_seed=seed
         )
         assert [v.row for v in verdicts] == drawn and len(drawn) == 6
         assert verdicts == [full[i] for i in drawn]

@@ -80,13 +80,13 @@ def test_flip_probability_follows_the_gap_and_the_temperature() -> None:
         for d in (0.0, 0.1, 0.3):  # in logit units
             logits = base.clone()
             logits[0, other] += float((row[best] - row[other]) * scale) - d  # `other` trails by d / scale
-            check = verify(logits, [best], temperature, 3, 0, EOS, 1)
+            check = verify(logits, [best], temperature, 3, 0, {EOS}, 1)
             if d == 0.0 and check.tolerated_ties:
                 continue  # exactly tied in float32: argmax may be either, flip_probs still 1/2
             assert check.flip_probs == pytest.approx((0.5 * math.exp(-d / DEFAULT_TIE_NOISE_SCALE),), rel=1e-3)
         logits = base.clone()
         logits[0, other] += float((row[best] - row[other]) * scale) - 0.6
-        assert verify(logits, [best], temperature, 3, 0, EOS, 1).near_ties == 0
+        assert verify(logits, [best], temperature, 3, 0, {EOS}, 1).near_ties == 0
 
 
 def test_exactly_tied_tokens_union_bound() -> None:
@@ -94,7 +94,7 @@ def test_exactly_tied_tokens_union_bound() -> None:
     logits = torch.full((1, VOCAB), -30.0)
     row = scores(logits, 0.0, 0, 0, torch.tensor([0]))[0]
     logits[0, [3, 4, 5]] = 5.0  # greedy (T=0): the scores are the logits, ties are exact
-    check = verify(logits, [3], 0.0, 0, 0, EOS, 1)
+    check = verify(logits, [3], 0.0, 0, 0, {EOS}, 1)
     assert check.flip_probs == (1.0,) and check.tolerated_ties == 0 and row.shape[0] == VOCAB
 
 
@@ -131,7 +131,7 @@ def _file(seed: int, engine_noise: float, steer: int = 0) -> list[SamplingInput]
 
 
 def _judge(inputs: list[SamplingInput]):
-    checks = verify_batch(inputs, EOS, TOKENS)
+    checks = verify_batch(inputs, {EOS}, TOKENS)
     return checks, tie_test(c for c in checks if c.reproduced == c.n_tokens)
 
 
@@ -162,7 +162,7 @@ def test_zero_near_ties_pass() -> None:
     logits = torch.full((TOKENS, VOCAB), -20.0)
     logits[:, 5] = 20.0
     tokens = sample_tokens(logits, 1.0, 0, 0, torch.arange(TOKENS)).tolist()
-    check = verify(logits, tokens, 1.0, 0, 0, EOS, TOKENS)
+    check = verify(logits, tokens, 1.0, 0, 0, {EOS}, TOKENS)
     test = tie_test([check])
     assert (test.near_ties, test.flips, test.log_e_value, test.p_value, test.rejected) == (0, 0, 0.0, 1.0, False)
     assert tie_test([]).p_value == 1.0

@@ -589,7 +589,8 @@ def test_json_safe_replaces_non_finite_floats() -> None:
     "changes",
     [
         {"max_rows": 0},
-        {"eos_token_id": VOCAB_SIZE},
+        {"stop_token_ids": frozenset({VOCAB_SIZE})},
+        {"stop_token_ids": frozenset()},
         {"temperature": 0.0},
         {"temperature": float("inf")},
         {"temperature": float("nan")},

@@ -12,12 +12,20 @@ from proofpool.core.rollout import RolloutSample
 
 def test_rows_follow_tasks_and_groups_with_sample_index_equal_to_row() -> None:
     plan = plan_batch(
-        ENVIRONMENT.taskset, ["add-1-2", "add-30-4"], group_size=3, sampling_seed=99, temperature=0.5, max_tokens=5
+        ENVIRONMENT.taskset,
+        ["add-1-2", "add-30-4"],
+        group_size=3,
+        sampling_seed=99,
+        temperature=0.5,
+        max_tokens=5,
+        stop_ids=frozenset({2}),
     )
     assert plan.problem_ids == ("add-1-2",) * 3 + ("add-30-4",) * 3
     assert plan.group_ids == (0, 0, 0, 1, 1, 1)
     assert [r.sampler.sample_index for r in plan.requests] == list(range(6))
-    assert {(r.sampler.seed, r.sampler.temperature, r.max_tokens) for r in plan.requests} == {(99, 0.5, 5)}
+    assert {(r.sampler.seed, r.sampler.temperature, r.max_tokens, r.stop_ids) for r in plan.requests} == {
+        (99, 0.5, 5, frozenset({2}))
+    }
     assert plan.requests[0].prompt_tokens == tuple(problem_from_id("add-1-2").prompt_tokens())
     assert plan.requests[3].prompt_tokens == tuple(problem_from_id("add-30-4").prompt_tokens())
 
@@ -25,7 +33,13 @@ def test_rows_follow_tasks_and_groups_with_sample_index_equal_to_row() -> None:
 def test_a_bad_task_id_is_refused_before_generation() -> None:
     with pytest.raises(InvalidProblemId):
         plan_batch(
-            ENVIRONMENT.taskset, ["add-1-2", "rm -rf"], group_size=2, sampling_seed=1, temperature=1.0, max_tokens=4
+            ENVIRONMENT.taskset,
+            ["add-1-2", "rm -rf"],
+            group_size=2,
+            sampling_seed=1,
+            temperature=1.0,
+            max_tokens=4,
+            stop_ids=frozenset({2}),
         )
 
 

@@ -19,7 +19,7 @@ from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
 from proofpool.validator.checks.verdict import Verdict, reject
 
 from proofpool.core.rollout import RolloutSample
-from proofpool.core.sampling.eos import eos_placement_ok
+from proofpool.core.sampling.eos import eos_placement_ok, first_stop
 from proofpool.core.toploc.proof import DEFAULT_TOPK, expected_proof_lengths
 
 _COLUMNS = ("prompt_tokens", "completion_tokens")
@@ -32,7 +32,7 @@ def check_bounds(samples: Sequence[RolloutSample], sub: SubmissionFacts, rules: 
     Reasons: `token_out_of_range` (an id outside 0..vocab_size-1), `length_out_of_range` (prompt of
     1..max_prompt_tokens, completion of 1..max_completion_tokens tokens), `temperature_mismatch`
     (not the pool's temperature, compared as float32), `model_version_mismatch` (a row's version
-    differs from the one submitted on-chain), `eos_mismatch` (EOS before the last token, or a
+    differs from the one submitted on-chain), `eos_mismatch` (a stop id before the last token, or a
     completion shorter than the budget that does not end with EOS), `proof_count_mismatch` (the
     proof blob is not exactly one proof per 32-token chunk of the completion).
     """
@@ -100,8 +100,8 @@ def _versions(samples: Sequence[RolloutSample], sub: SubmissionFacts) -> Verdict
 def _eos_placement(samples: Sequence[RolloutSample], rules: PoolRules) -> Verdict | None:
     for row, s in enumerate(samples):
         tokens = s.completion_tokens
-        if not eos_placement_ok(tokens, rules.eos_token_id, rules.max_completion_tokens):
-            first_eos = tokens.index(rules.eos_token_id) if rules.eos_token_id in tokens else None
+        if not eos_placement_ok(tokens, rules.stop_token_ids, rules.max_completion_tokens):
+            first_eos = first_stop(tokens, rules.stop_token_ids)
             return reject(
                 "eos_mismatch",
                 len(samples),

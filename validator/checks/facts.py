@@ -8,7 +8,8 @@ auditor re-deriving a verdict.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from proofpool.core.assignment import DEFAULT_ASSIGNMENT, MAX_TEMPERATURE, MIN_TEMPERATURE
@@ -47,7 +48,8 @@ class PoolRules:
     """The pool's task set: the problems an assignment draws, their prompts and their rewards."""
     vocab_size: int
     """Token ids must be below it (the environment's tokenizer)."""
-    eos_token_id: int
+    stop_token_ids: frozenset[int]
+    """The ids that end a completion (the environment's stop set)."""
     max_prompt_tokens: int
     """The environment's longest prompt."""
     max_completion_tokens: int
@@ -93,11 +95,16 @@ class PoolRules:
         tokens = environment.tokens
         limits = {
             "vocab_size": tokens.vocab_size,
-            "eos_token_id": tokens.eos_id,
+            "stop_token_ids": tokens.stop_ids,
             "max_prompt_tokens": tokens.max_prompt_tokens,
             "max_completion_tokens": tokens.max_completion_tokens,
         }
         return cls(latest_version=latest_version, taskset=environment.taskset, **{**limits, **values})
+
+    def for_parsing(self) -> PoolRules:
+        """These rules without the task set, for the decoding child: parsing reads limits only, and
+        a pool's task set can hold a tokenizer and a dataset that would be pickled with every file."""
+        return replace(self, taskset=NO_TASKS)
 
     def __post_init__(self) -> None:
         for name in ("max_rows", "max_prompt_tokens", "max_completion_tokens", "vocab_size"):
@@ -105,8 +112,9 @@ class PoolRules:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.latest_version < 0 or self.async_window < 0:
             raise ValueError("latest_version and async_window must be >= 0")
-        if not 0 <= self.eos_token_id < self.vocab_size:
-            raise ValueError(f"eos_token_id {self.eos_token_id} outside the vocabulary of {self.vocab_size}")
+        if not self.stop_token_ids or not all(0 <= t < self.vocab_size for t in self.stop_token_ids):
+            ids = sorted(self.stop_token_ids)
+            raise ValueError(f"stop_token_ids {ids} empty or outside the vocabulary of {self.vocab_size}")
         if not (math.isfinite(self.temperature) and MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE):
             raise ValueError(f"temperature must be in {MIN_TEMPERATURE}..{MAX_TEMPERATURE}, got {self.temperature}")
         for name in ("batch_size", "group_size"):
@@ -118,3 +126,19 @@ class PoolRules:
             raise ValueError(f"last_issued_batch must be >= 0, got {self.last_issued_batch}")
         if self.max_file_bytes < 1 or self.max_decoded_bytes < 1:
             raise ValueError("byte limits must be >= 1")
+
+
+class _NoTasks:
+    """The task set of rules used for parsing only (`PoolRules.for_parsing`): never asked anything."""
+
+    def draw(self, seed: int, count: int) -> list[str]:
+        raise NotImplementedError("parsing rules have no task set")
+
+    def prompt_tokens(self, problem_id: str) -> tuple[int, ...]:
+        raise NotImplementedError("parsing rules have no task set")
+
+    def score(self, problem_id: str, completion_tokens: Sequence[int]) -> float:
+        raise NotImplementedError("parsing rules have no task set")
+
+
+NO_TASKS: Final[Taskset] = _NoTasks()

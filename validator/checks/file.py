@@ -82,7 +82,7 @@ def read_file(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> ParsedFile
     limits = child_limits(rules.max_decoded_bytes)
     if limits is None:
         return parse_file(data, sub, rules)
-    return run_in_child(parse_file, (data, sub, rules), limits)
+    return run_in_child(parse_file, (data, sub, rules.for_parsing()), limits)
 
 
 def parse_file(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> ParsedFile | Verdict:

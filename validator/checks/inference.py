@@ -80,7 +80,7 @@ def recompute(
     verdicts = check_samples(
         model(sub.model_version),
         samples,
-        eos_token_id=rules.eos_token_id,
+        stop_ids=rules.stop_token_ids,
         max_tokens=rules.max_completion_tokens,
         sample_rate=sample_rate,
         selection_seed=selection_seed,
@@ -111,7 +111,8 @@ def recompute(
 
 def _summary(verdicts: Sequence[SampleVerdict]) -> dict[str, Any]:
     """Aggregate figures over the checked rows: how many failed, how many were reproduced token for
-    token, and the worst TOPLOC chunk and tie count (how close honest files run to the thresholds)."""
+    token, the worst TOPLOC chunk, the tie count and the widest sampling gap (in perturbed-score
+    units, against `DEFAULT_TIE_TOLERANCE`): how close honest files run to the thresholds."""
     chunks = [c for v in verdicts for c in v.toploc if c.error is None]
     reproduced = sum(v.sampling.reproduced == v.sampling.n_tokens for v in verdicts)
     return json_safe(
@@ -121,6 +122,8 @@ def _summary(verdicts: Sequence[SampleVerdict]) -> dict[str, Any]:
             "rejected_rows": sum(not v.accepted for v in verdicts),
             "reproduced_fraction": reproduced / len(verdicts) if verdicts else 1.0,
             "tolerated_ties": sum(v.sampling.tolerated_ties for v in verdicts),
+            "rechecked_in_fp32": sum(v.rechecked for v in verdicts),
+            "worst_sampling_gap": max((v.sampling.max_gap for v in verdicts), default=0.0),
             "worst_exp_mismatches": max((c.exp_mismatches for c in chunks), default=None),
             "worst_mant_err_mean": max((c.mant_err_mean for c in chunks), default=None),
             "worst_mant_err_median": max((c.mant_err_median for c in chunks), default=None),

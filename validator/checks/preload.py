@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Sequence
 
-from proofpool.validator.checks.facts import PoolRules, SubmissionFacts
+from proofpool.validator.checks.facts import NO_TASKS, PoolRules, SubmissionFacts
 from proofpool.validator.checks.file import ParsedFile, parse_file
 
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
@@ -21,19 +20,6 @@ from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_byte
 log = logging.getLogger(__name__)
 
 _NODE = "0x" + "00" * 20
-
-
-class _NoTasks:
-    """The warm-up's task set: parsing never asks it anything."""
-
-    def draw(self, seed: int, count: int) -> list[str]:
-        raise NotImplementedError
-
-    def prompt_tokens(self, problem_id: str) -> tuple[int, ...]:
-        raise NotImplementedError
-
-    def score(self, problem_id: str, completion_tokens: Sequence[int]) -> float:
-        raise NotImplementedError
 
 
 def warm_up() -> None:
@@ -55,9 +41,9 @@ def warm_up() -> None:
     # Parsing reads limits only; no problem is looked up, so no pool's environment is needed.
     rules = PoolRules(
         latest_version=0,
-        taskset=_NoTasks(),
+        taskset=NO_TASKS,
         vocab_size=2,
-        eos_token_id=1,
+        stop_token_ids=frozenset({1}),
         max_prompt_tokens=1,
         max_completion_tokens=1,
         batch_size=1,

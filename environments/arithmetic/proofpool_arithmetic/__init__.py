@@ -39,7 +39,7 @@ class ArithmeticEnvironment:
     taskset: Final = ArithmeticTaskset()
     tokens: Final = TokenLimits(
         vocab_size=VOCAB_SIZE,
-        eos_id=EOS_ID,
+        stop_ids=frozenset({EOS_ID}),
         pad_id=PAD_ID,
         bos_id=BOS_ID,
         max_prompt_tokens=MAX_PROMPT_TOKENS,

@@ -9,7 +9,7 @@ is not the argmax still counts when its score is within `tie_tolerance` of the b
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
 
@@ -56,7 +56,7 @@ class SamplingCheck:
     first_mismatch: int | None
     """Position of the first token beyond the tolerance, None if there is none."""
     eos_ok: bool
-    """EOS appears only as the last token, and ends every completion shorter than max_tokens."""
+    """A stop id appears only as the last token, and ends every completion shorter than max_tokens."""
     length_ok: bool
     """The completion has at most max_tokens tokens."""
     max_gap: float
@@ -96,7 +96,7 @@ class SamplingInput:
 
 def verify_batch(
     samples: Sequence[SamplingInput],
-    eos_token_id: int,
+    stop_ids: Collection[int],
     max_tokens: int,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
     tie_noise_scale: float = DEFAULT_TIE_NOISE_SCALE,
@@ -155,7 +155,7 @@ def verify_batch(
             reproduced=int(reproduced[i]),
             tolerated_ties=int(ties[i]),
             first_mismatch=int(first_bad[i] - starts[i]) if bad.size and starts[i] <= first_bad[i] < ends[i] else None,
-            eos_ok=eos_placement_ok(toks, eos_token_id, max_tokens),
+            eos_ok=eos_placement_ok(toks, stop_ids, max_tokens),
             length_ok=len(toks) <= max_tokens,
             max_gap=float(max_gaps[i]),
             flip_probs=tuple(float(p) for p in flip[starts[i] : ends[i]][near[starts[i] : ends[i]]]),
@@ -191,7 +191,7 @@ def verify(
     temperature: float,
     seed: int,
     sample_index: int,
-    eos_token_id: int,
+    stop_ids: Collection[int],
     max_tokens: int,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
     tie_noise_scale: float = DEFAULT_TIE_NOISE_SCALE,
@@ -203,7 +203,7 @@ def verify(
     completion is the verifier's own bug and raises ValueError.
     """
     sample = SamplingInput(logits, completion_tokens, temperature, seed, sample_index)
-    return verify_batch([sample], eos_token_id, max_tokens, tie_tolerance, tie_noise_scale)[0]
+    return verify_batch([sample], stop_ids, max_tokens, tie_tolerance, tie_noise_scale)[0]
 
 
 def _segment_sums(values: npt.NDArray[np.bool_], ends: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
