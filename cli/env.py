@@ -91,3 +91,66 @@ def describe(
 
     environment = load_task_environment(env, read_config(config))
     _echo({"id": environment.id, "version": environment.version, "size": len(environment), **environment.describe()})
+
+
+@app.command()
+def spec(
+    env: Annotated[str, typer.Argument(help="Environment id, as `proofpool env list` prints it.")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="The base model's Hugging Face directory.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Where to write the spec (canonical JSON).")],
+    config: ConfigOption = None,
+    batch_size: Annotated[int, typer.Option(help="Problems per assigned batch.")] = 8,
+    group_size: Annotated[int, typer.Option(help="Samples per problem (a GRPO group).")] = 8,
+    max_prompt_tokens: Annotated[int, typer.Option(help="Longest prompt a problem may render to.")] = 2048,
+    max_tokens: Annotated[int, typer.Option(help="Completion budget (up to 131,072).")] = 1024,
+    temperature: Annotated[float, typer.Option(help="Sampling temperature (0.05..10).")] = 1.0,
+    stop_id: Annotated[
+        list[int] | None, typer.Option("--stop-id", help="A stop token id (repeat); default: the model's own.")
+    ] = None,
+    indices: Annotated[
+        Path | None, typer.Option(help="A JSON list of the problem indices the pool draws (the difficulty filter's).")
+    ] = None,
+    golden: Annotated[int, typer.Option(help="Golden vectors: problems rendered and scored here.")] = 3,
+) -> None:
+    """Write the pool spec of ENV with this config on the model in --model; prints its sha256.
+
+    The spec pins the environment (config, package versions, data digest), the model's architecture
+    and vocabulary, prompting and generation settings, and golden vectors: every worker and
+    validator rebuilds it and refuses to work on the pool if anything differs."""
+    from proofpool.core.spec import canonical_json
+    from proofpool.envs.spec import build_spec
+    from proofpool.envs.tasks import read_config
+
+    chosen = json.loads(indices.read_text()) if indices is not None else None
+    built = build_spec(
+        env,
+        read_config(config),
+        model,
+        batch_size=batch_size,
+        group_size=group_size,
+        max_prompt_tokens=max_prompt_tokens,
+        max_tokens=max_tokens,
+        temperature=temperature,
+        stop_ids=stop_id or None,
+        indices=chosen,
+        golden=golden,
+    )
+    out.write_bytes(canonical_json(built.to_json()))
+    typer.echo(built.sha256())
+
+
+@app.command("check-spec")
+def check_spec(
+    spec_file: Annotated[Path, typer.Argument(help="A pool spec (JSON).")],
+    model: Annotated[Path, typer.Option("--model", "-m", help="The base model's Hugging Face directory.")],
+    indices: Annotated[Path | None, typer.Option(help="The pool's index list, when the spec names one.")] = None,
+) -> None:
+    """Check that this machine builds SPEC_FILE's environment exactly (packages, data, model, golden
+    vectors) as a worker or validator does before joining the pool; prints the spec's sha256."""
+    from proofpool.core.spec import parse_spec
+    from proofpool.envs.spec import spec_environment
+
+    parsed = parse_spec(spec_file.read_bytes())
+    chosen = json.loads(indices.read_text()) if indices is not None else None
+    pool = spec_environment(parsed, model, chosen)
+    typer.echo(f"{parsed.sha256()}  {pool.name}: {len(pool.taskset.indices)} problems, golden vectors agree")

@@ -180,6 +180,12 @@ class TaskEnvironment(Protocol):
         outside 0..len - 1. Never raises for anything the completion contains."""
         ...
 
+    def reference_completion(self, index: int) -> str | None:
+        """A completion that earns the full reward: the reference answer in the format the scorer
+        parses (None when the source has no reference). Pool specs record its score as a golden
+        vector, so a role whose scorer differs from the pool creator's finds out before judging."""
+        ...
+
     def describe(self) -> Mapping[str, Any]:
         """JSON-safe facts the pool spec pins: the normalized config, the versions of the packages
         that produce problems and scores, and a sha256 digest of the problem data."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -74,3 +75,21 @@ def test_bad_input_is_one_clear_line_not_a_traceback(args: tuple[str, ...], mess
     done = _cli(*args)
     assert done.returncode == 1
     assert message in " ".join(done.stderr.split()) and "Traceback" not in done.stderr
+
+
+def test_spec_writes_a_pool_spec_that_check_spec_accepts_and_a_tampered_one_it_refuses(tmp_path: Path) -> None:
+    from proofpool.devnet.tiny_model import build_tiny_qwen3
+
+    model = build_tiny_qwen3(tmp_path / "model")
+    spec = tmp_path / "spec.json"
+    made = _cli("spec", "math", "--model", str(model), "--out", str(spec), "-c", '{"families": ["percent"]}')
+    assert made.returncode == 0, made.stderr
+    digest = made.stdout.strip()
+    assert hashlib.sha256(spec.read_bytes()).hexdigest() == digest
+    checked = _cli("check-spec", str(spec), "--model", str(model))
+    assert checked.returncode == 0 and checked.stdout.startswith(digest) and "golden vectors agree" in checked.stdout
+    raw = json.loads(spec.read_text())
+    raw["golden"][0]["reward"] = 0.0
+    spec.write_text(json.dumps(raw))
+    refused = _cli("check-spec", str(spec), "--model", str(model))
+    assert refused.returncode == 1 and "golden vectors disagree" in " ".join(refused.stderr.split())

@@ -48,6 +48,9 @@ class Echo:
         right = completion.strip() == str(index)
         return Score(1.0 if right else 0.0, "correct" if right else "incorrect", completion)
 
+    def reference_completion(self, index: int) -> str | None:
+        return str(index)
+
     def describe(self) -> Mapping[str, Any]:
         return {"size": self.size}
 

@@ -177,6 +177,11 @@ class CodeEnvironment:
             metadata=metadata,
         )
 
+    def reference_completion(self, index: int) -> str | None:
+        """The canonical solution (prompt and body) in the fenced block the scorer runs."""
+        task = self._task(index)
+        return f"```python\n{task.prompt}{task.canonical_solution}\n```"
+
     def score(self, index: int, completion: str) -> Score:
         task = self._task(index)
         if not isinstance(completion, str):

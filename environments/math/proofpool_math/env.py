@@ -133,6 +133,10 @@ class MathEnvironment:
             metadata={"family": record.family, "level": record.level},
         )
 
+    def reference_completion(self, index: int) -> str | None:
+        """The reference answer, boxed as the scorer expects."""
+        return f"The answer is \\boxed{{{self._record(index).answer}}}."
+
     def score(self, index: int, completion: str) -> Score:
         record = self._record(index)
         if not isinstance(completion, str):

@@ -96,6 +96,11 @@ class ReasoningGymEnvironment:
             metadata=_json_safe_metadata(task, metadata),
         )
 
+    def reference_completion(self, index: int) -> str | None:
+        """The entry's reference answer in answer tags (None for tasks that ship none)."""
+        answer = self._entry(self._check_index(index)).get("answer")
+        return None if answer is None else f"<answer>{answer}</answer>"
+
     def score(self, index: int, completion: str) -> Score:
         index = self._check_index(index)
         if not isinstance(completion, str):
