@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from proofpool.cli.env_filter import filter_command
 
 app = typer.Typer(help="Task environments: list them, show a problem, score a completion.", no_args_is_help=True)
+app.command("filter")(filter_command)
 
 ConfigOption = Annotated[
     str | None,
@@ -108,7 +110,10 @@ def spec(
         list[int] | None, typer.Option("--stop-id", help="A stop token id (repeat); default: the model's own.")
     ] = None,
     indices: Annotated[
-        Path | None, typer.Option(help="A JSON list of the problem indices the pool draws (the difficulty filter's).")
+        Path | None,
+        typer.Option(
+            help="The problems the pool draws: `proofpool env filter`'s report (its band is pinned too) or a JSON list."
+        ),
     ] = None,
     golden: Annotated[int, typer.Option(help="Golden vectors: problems rendered and scored here.")] = 3,
 ) -> None:
@@ -121,7 +126,7 @@ def spec(
     from proofpool.envs.spec import build_spec
     from proofpool.envs.tasks import read_config
 
-    chosen = json.loads(indices.read_text()) if indices is not None else None
+    chosen, band = _index_list(indices)
     built = build_spec(
         env,
         read_config(config),
@@ -133,6 +138,7 @@ def spec(
         temperature=temperature,
         stop_ids=stop_id or None,
         indices=chosen,
+        band=band,
         golden=golden,
     )
     out.write_bytes(canonical_json(built.to_json()))
@@ -143,7 +149,9 @@ def spec(
 def check_spec(
     spec_file: Annotated[Path, typer.Argument(help="A pool spec (JSON).")],
     model: Annotated[Path, typer.Option("--model", "-m", help="The base model's Hugging Face directory.")],
-    indices: Annotated[Path | None, typer.Option(help="The pool's index list, when the spec names one.")] = None,
+    indices: Annotated[
+        Path | None, typer.Option(help="The pool's index list (or the filter's report), when the spec names one.")
+    ] = None,
 ) -> None:
     """Check that this machine builds SPEC_FILE's environment exactly (packages, data, model, golden
     vectors) as a worker or validator does before joining the pool; prints the spec's sha256."""
@@ -151,6 +159,17 @@ def check_spec(
     from proofpool.envs.spec import spec_environment
 
     parsed = parse_spec(spec_file.read_bytes())
-    chosen = json.loads(indices.read_text()) if indices is not None else None
+    chosen, _band = _index_list(indices)
     pool = spec_environment(parsed, model, chosen)
     typer.echo(f"{parsed.sha256()}  {pool.name}: {len(pool.taskset.indices)} problems, golden vectors agree")
+
+
+def _index_list(path: Path | None) -> tuple[list[int] | None, tuple[float, float] | None]:
+    """The index list in `path` (a JSON list, or the filter's report holding one and its band)."""
+    if path is None:
+        return None, None
+    data = json.loads(path.read_text())
+    if isinstance(data, dict):
+        band = data.get("band")
+        return data.get("indices"), (float(band[0]), float(band[1])) if band else None
+    return data, None
