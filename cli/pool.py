@@ -52,11 +52,25 @@ def create(
     ),
     fund: str = typer.Option(None, help="Also fund the budget with this many POOL."),
     start: bool = typer.Option(False, "--start", help="Also start the pool."),
+    spec: Path = typer.Option(
+        None,
+        help="A pool spec (`proofpool env spec`): its base model and spec are published to the object store "
+        "and the pool is created with the model URI spec://<its sha256>. Needs --model.",
+    ),
+    model: Path = typer.Option(None, "--model", help="With --spec: the base model directory the spec was built on."),
+    indices: Path = typer.Option(None, help="With --spec: the index list (or `env filter` report) it names."),
     key: KeyOption = None,
     rpc_url: RpcOption = None,
 ) -> None:
-    """Create a pool (you become its creator); optionally fund and start it."""
+    """Create a pool (you become its creator); optionally fund and start it.
+
+    With --spec, the pool runs a task environment on a Hugging Face model: the spec, its index list
+    and the base model go to the object store first, content-addressed, and the pool commits to the
+    spec's sha256 in its on-chain model URI (spec://<sha256>); every worker and validator rebuilds
+    the environment from them and refuses any difference."""
     client = signer_client(key, rpc_url)
+    if spec is not None:
+        model_uri = _publish_spec(spec, model, indices)
     params = PoolParams(
         manager=manager or client.address,
         treasury=treasury or client.address,
@@ -75,6 +89,26 @@ def create(
         _fund(client, pool_id, fund)
     if start:
         report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
+
+
+def _publish_spec(spec_file: Path, model: Path | None, indices: Path | None) -> str:
+    """Publish a spec, its index list and its base model; the model URI that names them."""
+    if model is None:
+        raise typer.BadParameter("--spec needs --model, the base model directory it was built on", param_hint="--model")
+    from proofpool.core.spec import parse_spec
+    from proofpool.envs.published import publish_spec, spec_uri
+    from proofpool.envs.spec import spec_environment
+    from proofpool.infra.storage import ObjectStore
+
+    parsed = parse_spec(spec_file.read_bytes())
+    listed = json.loads(indices.read_text()) if indices is not None else None
+    if isinstance(listed, dict):  # `proofpool env filter`'s report
+        listed = listed.get("indices")
+    spec_environment(parsed, model, listed)  # this machine agrees with the spec before anyone else is asked to
+    console.print(f"publishing the base model and spec to the object store ({model})")
+    stored = publish_spec(ObjectStore.from_settings(), parsed, model, listed)
+    console.print(f"spec {stored.sha256()} published")
+    return spec_uri(stored.sha256())
 
 
 def _fund(client: ChainClient, pool_id: int, amount: str) -> None:

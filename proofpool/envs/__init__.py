@@ -2,9 +2,11 @@
 
 Environments are plugins: a package declares one in the entry point group
 `proofpool.environments`, named by the URI scheme its pools use (the arithmetic devnet
-environment, `environments/arithmetic/`, answers `devnet://...`). No product module imports an
-environment package; every role resolves the pool's URI here, so a pool that brings its own
-model and task set needs a package installed, not a change to proofpool.
+environment, `environments/arithmetic/`, answers `devnet://...`). A `spec://<sha256>` pool runs a
+task environment on a Hugging Face model as its pool spec says; the spec, its index list and the
+base model come from the object store, checked against that hash (`proofpool.envs.published`).
+No product module imports an environment package; every role resolves the pool's URI here, so a
+pool that brings its own model and task set needs a package installed, not a change to proofpool.
 """
 
 from __future__ import annotations
@@ -45,6 +47,8 @@ def installed() -> dict[str, str]:
 def environment_for(model_uri: str) -> Environment:
     """The environment of a pool created with `model_uri` (loaded once per URI and process)."""
     wanted = scheme(model_uri)
+    if wanted == "spec":
+        return _spec_pool(model_uri)
     found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == wanted]
     if not found:
         have = ", ".join(sorted(installed())) or "none"
@@ -56,6 +60,22 @@ def environment_for(model_uri: str) -> Environment:
     if not isinstance(environment, Environment):
         raise UnknownEnvironment(f"{found[0].value} is not a proofpool environment (see proofpool.core.environment)")
     return environment
+
+
+def _spec_pool(model_uri: str) -> Environment:
+    """A `spec://<sha256>` pool's environment, built from the spec and base model in the market's
+    object store (`proofpool.envs.published`), with this process's settings."""
+    from proofpool.envs.published import spec_hash_of, spec_pool_environment
+    from proofpool.infra.config import get_settings
+    from proofpool.infra.storage import ObjectStore
+
+    settings = get_settings()
+    return spec_pool_environment(
+        ObjectStore.from_settings(settings),
+        spec_hash_of(model_uri),
+        settings.checkpoint_cache_dir,
+        max_bytes=settings.checkpoint_max_bytes,
+    )
 
 
 def resolve_base_model(model_uri: str, override: Path | None = None, progress: Progress | None = None) -> Path:
