@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from proofpool.core.errors import ProofpoolError
-from proofpool.envs import UnknownBaseModel, UnknownEnvironment, environment_for, resolve_base_model
+from proofpool.envs import UnknownBaseModel, environment_for, resolve_base_model
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.checkpoint import CheckpointError, ensure_published_checkpoint, onchain_manifest_sha256
 from proofpool.infra.config import get_settings
@@ -60,12 +60,14 @@ class ModelCache:
     def environment(self, pool_id: int) -> Environment:
         """The environment the pool's on-chain model URI names (its task set and token limits).
 
-        One not installed here is this validator's gap, not the submitter's: `ModelUnavailable`."""
+        One not installed here, or a spec pool whose spec this machine does not reproduce (another
+        package version, another scorer: `SpecMismatch`), is this validator's gap, not the
+        submitter's: `ModelUnavailable`, so it judges none of the pool's files and slashes no one."""
         if pool_id not in self._environments:
             model_uri = self._client.pool.get_pool(pool_id).model_uri
             try:
                 self._environments[pool_id] = environment_for(model_uri)
-            except UnknownEnvironment as exc:
+            except ProofpoolError as exc:
                 raise ModelUnavailable(f"pool {pool_id}: {exc}") from exc
         return self._environments[pool_id]
 

@@ -34,7 +34,9 @@ from proofpool.validator.checks.verdict import reject
 from proofpool.validator.evidence import publish_verdict
 from proofpool.validator.resources import Resources
 from proofpool.validator.submissions import (
+    AssignmentOverrides,
     IndexedSubmission,
+    assignment_overrides,
     get_submission,
     last_issued_batch,
     pool_assignment,
@@ -42,7 +44,6 @@ from proofpool.validator.submissions import (
 )
 from psycopg import Connection
 
-from proofpool.core.assignment import AssignmentConfig
 from proofpool.core.errors import ProofpoolError
 from proofpool.infra.storage import rollout_key
 from proofpool.infra.storage.s3 import ObjectNotFound, ObjectTooLarge
@@ -99,7 +100,7 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
         if res.address in (sub.node, sub.provider):
             log.warning("not judging our own node's work", extra={**context, "node": sub.node})
             return Result(Outcome.OWN_WORK)
-        assignment = pool_assignment(conn, pool_id)
+        overrides = assignment_overrides(conn, pool_id)
         issued = last_issued_batch(conn, pool_id, sub.node, sub.model_version)
         claim = store.claim(conn, pool_id, work_key, res.address, lease_seconds=res.settings.validator_lease)
         held_for = store.claimed_elsewhere(conn, pool_id, work_key) if claim is None else None
@@ -111,7 +112,7 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
         return Result(Outcome.ALREADY_DECIDED)
 
     selected = is_selected(res, sub)
-    verdict = judge(res, sub, selected, assignment, issued)
+    verdict = judge(res, sub, selected, overrides, issued)
     with res.connection() as conn:
         verdict = first_of_its_batch(conn, sub, verdict)
         kind = "accepted" if verdict.accepted else "invalid"
@@ -145,16 +146,19 @@ def first_of_its_batch(conn: Connection, sub: IndexedSubmission, verdict: Verdic
 
 
 def judge(
-    res: Resources, sub: IndexedSubmission, selected: bool, assignment: AssignmentConfig, last_issued: int
+    res: Resources, sub: IndexedSubmission, selected: bool, overrides: AssignmentOverrides, last_issued: int
 ) -> Verdict:
-    """The verdict on `sub`, whose pool hands out `assignment` and handed the node batches up to
-    `last_issued` of its version; raises `FileNotYetAvailable` while a missing file may still appear."""
+    """The verdict on `sub`, whose pool's operator set `overrides` of its assignment settings and
+    handed the node batches up to `last_issued` of its version; raises `FileNotYetAvailable` while
+    a missing file may still appear."""
     facts = SubmissionFacts(sub.pool_id, sub.work_key, sub.node, sub.work_units, sub.model_version)
+    environment = res.models.environment(sub.pool_id)
+    assignment = pool_assignment(environment, overrides)
     # The window as of the block that recorded the submission: a file that was fresh when
     # submitted is not made stale by the time it waited for a validator.
     latest = res.client.pool.latest_checkpoint(sub.pool_id, block=sub.block_number)
     rules = PoolRules.of(
-        res.models.environment(sub.pool_id),
+        environment,
         latest_version=latest.version,
         async_window=res.settings.async_window,
         stale_grace=res.settings.validator_stale_grace,

@@ -24,7 +24,7 @@ from proofpool.validator.evidence import publish_verdict
 from proofpool.validator.pipeline import first_of_its_batch, judge
 from proofpool.validator.resources import Resources
 from proofpool.validator.review_store import Review
-from proofpool.validator.submissions import get_submission, last_issued_batch, pool_assignment, pool_manager
+from proofpool.validator.submissions import assignment_overrides, get_submission, last_issued_batch, pool_manager
 
 from proofpool.infra.chain.bindings import WorkStatus
 
@@ -52,7 +52,7 @@ def review(res: Resources, target: Review) -> ReviewOutcome:
             return ReviewOutcome.ALREADY_DECIDED
         sub = get_submission(conn, target.pool_id, target.work_key)
         served = res.served.allows(target.pool_id, lambda pool: pool_manager(conn, pool))
-        assignment = pool_assignment(conn, target.pool_id)
+        overrides = assignment_overrides(conn, target.pool_id)
         issued = last_issued_batch(conn, target.pool_id, sub.node, sub.model_version)
     why_not = None if served else "pool not served by this validator"
     if why_not is None and me in (sub.node, sub.provider):
@@ -64,7 +64,7 @@ def review(res: Resources, target: Review) -> ReviewOutcome:
         log.info("rejection not reviewed: %s", why_not, extra=context)
         return ReviewOutcome.SKIPPED
 
-    verdict = judge(res, sub, True, assignment, issued)
+    verdict = judge(res, sub, True, overrides, issued)
     with res.connection() as conn:
         verdict = first_of_its_batch(conn, sub, verdict)
         outcome = ReviewOutcome.CONTEST if verdict.accepted else ReviewOutcome.UPHELD

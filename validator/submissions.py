@@ -13,8 +13,10 @@ from datetime import datetime
 from psycopg import Connection
 from psycopg.rows import class_row
 
-from proofpool.core.assignment import DEFAULT_ASSIGNMENT, AssignmentConfig
+from proofpool.core.assignment import AssignmentConfig
+from proofpool.core.environment import Environment
 from proofpool.core.errors import ProofpoolError
+from proofpool.envs import pool_assignment as settle_assignment
 
 SELECT_SUBMISSION = """
     SELECT pool_id, work_key, node, provider, work_units, model_version, status, submitted_at, block_number
@@ -26,12 +28,22 @@ SELECT_ASSIGNMENT_CONFIG = """
     WHERE pool_id = %(pool_id)s"""
 
 
-def pool_assignment(conn: Connection, pool_id: int) -> AssignmentConfig:
-    """The assignment settings the orchestrator hands this pool's workers (NULL columns keep the
-    defaults, as in the orchestrator): the batch and group sizes a file must fill, the completion
-    budget (an honest completion shorter than it ends with EOS) and the temperature of every row."""
+AssignmentOverrides = tuple[int | None, int | None, int | None, float | None]
+"""The operator's `pool_assignment_config` row (batch size, group size, max tokens, temperature)."""
+
+
+def assignment_overrides(conn: Connection, pool_id: int) -> AssignmentOverrides:
+    """The operator's overrides of this pool's assignment settings (all None without a row)."""
     row = conn.execute(SELECT_ASSIGNMENT_CONFIG, {"pool_id": pool_id}).fetchone()
-    return DEFAULT_ASSIGNMENT if row is None else DEFAULT_ASSIGNMENT.with_overrides(*row)
+    return (None, None, None, None) if row is None else (row[0], row[1], row[2], row[3])
+
+
+def pool_assignment(environment: Environment, overrides: AssignmentOverrides) -> AssignmentConfig:
+    """The assignment settings the orchestrator hands this pool's workers, by the same rule
+    (`proofpool.envs.pool_assignment`: a spec pool's own, else the defaults with the operator's
+    non-NULL overrides): the batch and group sizes a file must fill, the completion budget (an
+    honest completion shorter than it ends with a stop id) and the temperature of every row."""
+    return settle_assignment(environment, *overrides)
 
 
 def pool_manager(conn: Connection, pool_id: int) -> str | None:

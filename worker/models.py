@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from proofpool.worker.engine import EngineConfig, InferenceEngine
@@ -113,13 +114,16 @@ class EngineSlot:
         self._engine: InferenceEngine | None = None
         self._path: Path | None = None
 
-    def get(self, path: Path) -> InferenceEngine:
-        if self._engine is not None and self._path == path:
+    def get(self, path: Path, model_len: int = 0) -> InferenceEngine:
+        """The engine on `path`, able to hold `model_len` tokens per sequence (the pool's longest
+        prompt plus its completion budget; the configured length when that is larger)."""
+        wanted = max(self._config.max_model_len, model_len)
+        if self._engine is not None and self._path == path and self._engine.config.max_model_len >= wanted:
             return self._engine
         self.close()
         if self._progress:
             self._progress(f"loading {path.name} into vLLM")
-        self._engine = InferenceEngine(path, self._config)
+        self._engine = InferenceEngine(path, replace(self._config, max_model_len=wanted))
         self._path = path
         log.info("engine loaded", extra={"model": str(path), "seconds": round(self._engine.load_seconds, 1)})
         return self._engine

@@ -48,7 +48,7 @@ from proofpool.worker.submit import SubmitRefused, stale_reason, submit, upload
 from proofpool.core.environment import Environment, Taskset
 from proofpool.core.errors import ProofpoolError
 from proofpool.core.rollout import RolloutFileMeta
-from proofpool.envs import UnknownEnvironment, environment_for
+from proofpool.envs import environment_for
 from proofpool.infra.chain.bindings import MemberState, PoolStatus
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.errors import ContractRevert
@@ -336,7 +336,7 @@ class WorkerNode:
 
     def _generate(self, a: Assignment, path: Path) -> Generated:
         """Generate, prove, score and serialize the batch of `a` on the model in `path`, timed."""
-        engine = self.engines.get(path)
+        engine = self.engines.get(path, self.environment.tokens.max_prompt_tokens + a.max_tokens)
         self.console.checkpoint(a.checkpoint_version)
         started = time.monotonic()
         meta = RolloutFileMeta(a.pool_id, self.node)
@@ -532,7 +532,7 @@ def _environment_of(model_uri: str) -> Environment:
     """The environment of a pool created with `model_uri`; a node without it cannot work."""
     try:
         return environment_for(model_uri)
-    except UnknownEnvironment as exc:
+    except ProofpoolError as exc:  # not installed here, or a spec this machine does not reproduce
         raise NodeNotReady(str(exc)) from exc
 
 

@@ -12,6 +12,7 @@ well on; with the bound it can leave at most `max_unsubmitted` batches per check
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 
@@ -24,8 +25,9 @@ from proofpool.backend.orchestrator.unservable import UnservableReport
 from psycopg import AsyncConnection
 from redis.asyncio import Redis
 
-from proofpool.core.assignment import DEFAULT_ASSIGNMENT, Assignment, Checkpoint, assign
-from proofpool.envs import UnknownEnvironment, environment_for
+from proofpool.core.assignment import Assignment, Checkpoint, assign
+from proofpool.core.errors import ProofpoolError
+from proofpool.envs import environment_for, pool_assignment
 
 log = logging.getLogger(__name__)
 
@@ -135,10 +137,12 @@ async def heartbeat(
         manifest_sha256=None if ctx.manifest_sha256 is None else bytes(ctx.manifest_sha256),
         uri=ctx.checkpoint_uri,
     )
-    config = DEFAULT_ASSIGNMENT.with_overrides(ctx.batch_size, ctx.group_size, ctx.max_tokens, ctx.temperature)
     try:
-        taskset = environment_for(ctx.model_uri or "").taskset
-    except UnknownEnvironment as exc:
+        # In a thread: a spec pool's first lookup fetches its spec and base model.
+        environment = await asyncio.to_thread(environment_for, ctx.model_uri or "")
+    except ProofpoolError as exc:  # no such environment installed, a spec refused or unreachable
         # The operator's gap, not the node's: the node keeps its membership and asks again.
         raise ApiError(503, "environment_unavailable", f"pool {ctx.pool_id}: {exc}") from exc
-    return HeartbeatResult(node, state, ctx.pool_id, assign(taskset, ctx.pool_id, node, checkpoint, batch, config))
+    config = pool_assignment(environment, ctx.batch_size, ctx.group_size, ctx.max_tokens, ctx.temperature)
+    assignment = assign(environment.taskset, ctx.pool_id, node, checkpoint, batch, config)
+    return HeartbeatResult(node, state, ctx.pool_id, assignment)

@@ -25,6 +25,8 @@ MIN_TEMPERATURE: Final = 0.05
 learns from samples, not near-greedy decodes. Workers refuse to start outside the range, so a
 misconfigured honest node is not slashed for it."""
 MAX_TEMPERATURE: Final = 10.0
+MAX_COMPLETION_TOKENS: Final = 131_072
+"""Largest completion budget a pool may set: reasoning traces run to tens of thousands of tokens."""
 
 
 @dataclass(frozen=True)
@@ -46,10 +48,10 @@ class AssignmentConfig:
     with every token still genuine. Validators reject rows at any other temperature."""
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "group_size", "max_tokens"):
+        for name, high in (("batch_size", 4096), ("group_size", 4096), ("max_tokens", MAX_COMPLETION_TOKENS)):
             value = getattr(self, name)
-            if not 1 <= value <= 4096:
-                raise ValueError(f"{name} must be in 1..4096, got {value}")
+            if not 1 <= value <= high:
+                raise ValueError(f"{name} must be in 1..{high}, got {value}")
         if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
             raise ValueError(f"temperature must be in {MIN_TEMPERATURE}..{MAX_TEMPERATURE}, got {self.temperature}")
         # The value every party compares: rows store float32, so the pool's setting is rounded alike.

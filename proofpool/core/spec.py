@@ -32,14 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from proofpool.core.assignment import MAX_COMPLETION_TOKENS, MAX_TEMPERATURE, MIN_TEMPERATURE
 from proofpool.core.errors import ProofpoolError
 
 SPEC_VERSION: Final = 1
-MAX_COMPLETION_TOKENS: Final = 131_072
-"""Largest completion budget a spec may set (long reasoning traces run to tens of thousands)."""
 MAX_PROMPT_TOKENS: Final = 131_072
-MIN_TEMPERATURE: Final = 0.05
-MAX_TEMPERATURE: Final = 10.0
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
 

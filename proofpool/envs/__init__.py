@@ -11,11 +11,13 @@ pool that brings its own model and task set needs a package installed, not a cha
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Final
 
+from proofpool.core.assignment import DEFAULT_ASSIGNMENT, AssignmentConfig
 from proofpool.core.environment import Environment, Progress
 from proofpool.core.errors import ProofpoolError
 
@@ -76,6 +78,27 @@ def _spec_pool(model_uri: str) -> Environment:
         settings.checkpoint_cache_dir,
         max_bytes=settings.checkpoint_max_bytes,
     )
+
+
+def pool_assignment(
+    environment: Environment,
+    batch_size: int | None = None,
+    group_size: int | None = None,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+) -> AssignmentConfig:
+    """The assignment settings of a pool running `environment`, one rule for the backend that hands
+    them out and the validators that judge files against them.
+
+    A spec pool's are its spec's: the pool committed to them on-chain, and an operator's override
+    (`pool_assignment_config`) would only make every honest file fail its validators, so it is
+    ignored. Any other pool's are the defaults, with the environment's completion budget, and the
+    operator's overrides (the arguments; None keeps the default)."""
+    pinned = getattr(environment, "assignment", None)
+    if isinstance(pinned, AssignmentConfig):
+        return pinned
+    default = replace(DEFAULT_ASSIGNMENT, max_tokens=environment.tokens.max_completion_tokens)
+    return default.with_overrides(batch_size, group_size, max_tokens, temperature)
 
 
 def resolve_base_model(model_uri: str, override: Path | None = None, progress: Progress | None = None) -> Path:

@@ -13,9 +13,11 @@ rollout of that pool, so nobody is slashed over its different tokenizer or score
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from proofpool.core.assignment import AssignmentConfig
 from proofpool.core.errors import ProofpoolError
 from proofpool.core.spec import (
     EnvironmentSpec,
@@ -153,7 +155,7 @@ def spec_environment(spec: PoolSpec, model_dir: Path, indices: Sequence[int] | N
         indices=indices,
     )
     check_golden(spec, pool)
-    return pool
+    return replace(pool, assignment=AssignmentConfig(g.batch_size, g.group_size, g.max_tokens, g.temperature))
 
 
 def check_golden(spec: PoolSpec, pool: ModelEnvironment) -> None:

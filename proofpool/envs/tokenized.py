@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from proofpool.core.assignment import AssignmentConfig
 from proofpool.core.environment import InvalidProblemId, Progress, Score, TaskEnvironment, TokenLimits
 from proofpool.envs.prompt import decode_completion, render_prompt
 from proofpool.inference.model import model_config
@@ -113,6 +114,9 @@ class ModelEnvironment:
     taskset: TokenizedTaskset
     tokens: TokenLimits
     model_dir: Path
+    assignment: AssignmentConfig | None = None
+    """The assignment settings the pool committed to (a spec's `generation`), None when the
+    operator's defaults apply (`proofpool.envs.pool_assignment`)."""
 
     def base_model(self, model_uri: str, progress: Progress | None = None) -> Path:
         """The model directory the pool was built on (checkpoint version 0)."""

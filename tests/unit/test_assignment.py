@@ -81,11 +81,13 @@ def test_temperature_bounds(value: float) -> None:
         AssignmentConfig(temperature=value)
 
 
-@pytest.mark.parametrize("field", ["batch_size", "group_size", "max_tokens"])
-@pytest.mark.parametrize("value", [0, -1, 4097])
-def test_config_bounds(field: str, value: int) -> None:
-    with pytest.raises(ValueError, match=field):
-        AssignmentConfig(**{field: value})
+@pytest.mark.parametrize(("field", "high"), [("batch_size", 4096), ("group_size", 4096), ("max_tokens", 131_072)])
+def test_config_bounds(field: str, high: int) -> None:
+    """Batch and group sizes up to 4,096; completion budgets up to 131,072 (long reasoning traces)."""
+    for value in (0, -1, high + 1):
+        with pytest.raises(ValueError, match=field):
+            AssignmentConfig(**{field: value})
+    assert getattr(AssignmentConfig(**{field: high}), field) == high
 
 
 def test_negative_inputs_are_refused() -> None:

@@ -132,3 +132,17 @@ def test_a_filtered_index_list_is_pinned_by_its_hash(qwen: Path) -> None:
 def test_a_prompt_longer_than_the_budget_cannot_make_a_spec(qwen: Path) -> None:
     with pytest.raises(SpecError, match="above max_prompt_tokens 5"):
         build_spec("math", CONFIG, qwen, **{**SETTINGS, "max_prompt_tokens": 5})
+
+
+def test_a_spec_pools_assignment_is_its_spec_whatever_the_operator_overrides(spec: PoolSpec, qwen: Path) -> None:
+    from proofpool_arithmetic import ENVIRONMENT
+
+    from proofpool.core.assignment import DEFAULT_ASSIGNMENT, AssignmentConfig
+    from proofpool.envs import pool_assignment
+
+    pool = spec_environment(spec, qwen)
+    pinned = AssignmentConfig(batch_size=4, group_size=2, max_tokens=8192, temperature=0.7)
+    assert pool.assignment == pinned
+    assert pool_assignment(pool) == pinned == pool_assignment(pool, 99, 99, 99, 2.0)
+    assert pool_assignment(ENVIRONMENT) == DEFAULT_ASSIGNMENT  # the arithmetic budget is the default's 8
+    assert pool_assignment(ENVIRONMENT, 4, None, 6, None) == AssignmentConfig(4, 8, 6, 1.0)
