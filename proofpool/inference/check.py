@@ -25,6 +25,7 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Literal
 
+from proofpool.core.sampling.gumbel import scores
 from proofpool.core.sampling.ties import DEFAULT_TIE_ALPHA, TieTest, tie_test
 from proofpool.core.sampling.verify import (
     DEFAULT_TIE_TOLERANCE,
@@ -243,15 +244,23 @@ def recheck_in_fp32(
     max_tokens: int,
     tie_tolerance: float = DEFAULT_TIE_TOLERANCE,
 ) -> list[SampleVerdict]:
-    """Judge again, on a float32 recomputation, the rows a reduced-precision model rejected for
-    their sampling alone; a row that passes there is accepted (`SampleVerdict.rechecked`).
+    """Judge again the rows a reduced-precision model rejected for their sampling alone, with the
+    tolerance widened by how much a float32 recomputation disagrees with it on that row; a row
+    that passes in either precision is accepted (`SampleVerdict.rechecked`).
 
-    A sampling gap is the disagreement of two engines' logits, and a bf16 validator adds its own
-    rounding to the worker's: a rare honest near-tie can land beyond the tolerance through the
-    validator's numerics alone. Recomputing in float32 removes that half of the noise, so the
-    validator's own precision never decides a slash. An edited or cheap-model token trails the
-    winner by whole logit units in any precision and is still rejected. Only failing rows are
-    recomputed, so honest files cost nothing more."""
+    A sampling gap is the disagreement of two engines' logits. Most positions are well conditioned
+    and bf16 engines agree to a few hundredths; at an ill-conditioned one (an activation outlier
+    that the final norm amplifies) bf16 kernels of different engines can disagree by a whole logit
+    unit, and no precision of the validator's reproduces the worker's choice there (on the devnet,
+    a vLLM worker committed a token that transformers ranked 0.87 behind the best in bf16 and 2.28
+    behind in float32). The validator measures that conditioning itself: the committed token's
+    margin behind the best, in bf16 and in float32, moves by `sensitivity` at the row's worst
+    position, and the row is judged again in both precisions with `tie_tolerance + sensitivity`
+    (scaled back to logit units): either may be the one nearer the worker's engine. An edited or
+    cheap-model token sits in a well-conditioned position in most rows and trails by whole units in
+    both precisions, so it stays rejected; a systematic use of wide positions is what the
+    file-level tie-steering test looks for. Only failing rows are recomputed, so honest files cost
+    nothing more."""
     import torch
 
     suspects = [i for i, v in enumerate(verdicts) if v.reason == "sampling_mismatch"]
@@ -259,12 +268,34 @@ def recheck_in_fp32(
         return list(verdicts)
     exact = copy.deepcopy(model).float()
     rows = [verdicts[i].row for i in suspects]
-    again = _recompute_rows(exact, samples, rows, stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=tie_tolerance)
+    chosen = [samples[r] for r in rows]
+    pairs = [(s.prompt_tokens, s.completion_tokens) for s in chosen]
+    reduced, precise = prefill_batch(model, pairs), prefill_batch(exact, pairs)
     out = list(verdicts)
-    for i, verdict in zip(suspects, again, strict=True):
-        if verdict.accepted:
-            out[i] = dataclasses.replace(verdict, rechecked=True)
+    for i, row, sample, low, high in zip(suspects, rows, chosen, reduced, precise, strict=True):
+        widened = tie_tolerance + precision_sensitivity(low, high, sample, row) * (sample.temperature or 1.0)
+        for recomputed in (high, low):  # either precision may be the one nearer the worker's
+            [verdict] = check_recomputed(
+                [sample], [recomputed], [row], stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=widened
+            )
+            if verdict.accepted:
+                out[i] = dataclasses.replace(verdict, rechecked=True)
+                break
     return out
+
+
+def precision_sensitivity(reduced: Recomputation, exact: Recomputation, sample: RolloutSample, row: int) -> float:
+    """How far, in perturbed-score units, the committed tokens' margins behind the best score move
+    between two recomputations of one row (bf16 and float32), at the row's worst position."""
+    import torch
+
+    positions = torch.arange(len(sample.completion_tokens))
+    committed = torch.tensor(sample.completion_tokens, dtype=torch.long)
+    margins = []
+    for recomputed in (reduced, exact):
+        perturbed = scores(recomputed.logits, sample.temperature, sample.sampling_seed, row, positions)
+        margins.append(perturbed.max(dim=1).values - perturbed[positions, committed])
+    return float((margins[0] - margins[1]).abs().max()) if len(positions) else 0.0
 
 
 def spot_check_rows(n_rows: int, sample_rate: float, selection_seed: bytes | None) -> list[int]:
