@@ -126,7 +126,7 @@ def spec(
     from proofpool.envs.spec import build_spec
     from proofpool.envs.tasks import read_config
 
-    chosen, band = _index_list(indices)
+    chosen, band = read_index_list(indices)
     built = build_spec(
         env,
         read_config(config),
@@ -159,13 +159,14 @@ def check_spec(
     from proofpool.envs.spec import spec_environment
 
     parsed = parse_spec(spec_file.read_bytes())
-    chosen, _band = _index_list(indices)
+    chosen, _band = read_index_list(indices)
     pool = spec_environment(parsed, model, chosen)
     typer.echo(f"{parsed.sha256()}  {pool.name}: {len(pool.taskset.indices)} problems, golden vectors agree")
 
 
-def _index_list(path: Path | None) -> tuple[list[int] | None, tuple[float, float] | None]:
-    """The index list in `path` (a JSON list, or the filter's report holding one and its band)."""
+def read_index_list(path: Path | None) -> tuple[list[int] | None, tuple[float, float] | None]:
+    """The index list in `path` (a JSON list, or `proofpool env filter`'s report holding one and its
+    band); None without a path. `env spec`, `env check-spec` and `pool create --spec` read it so."""
     if path is None:
         return None, None
     data = json.loads(path.read_text())

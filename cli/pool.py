@@ -95,15 +95,15 @@ def _publish_spec(spec_file: Path, model: Path | None, indices: Path | None) -> 
     """Publish a spec, its index list and its base model; the model URI that names them."""
     if model is None:
         raise typer.BadParameter("--spec needs --model, the base model directory it was built on", param_hint="--model")
+    from proofpool.cli.env import read_index_list
+
     from proofpool.core.spec import parse_spec
     from proofpool.envs.published import publish_spec, spec_uri
     from proofpool.envs.spec import spec_environment
     from proofpool.infra.storage import ObjectStore
 
     parsed = parse_spec(spec_file.read_bytes())
-    listed = json.loads(indices.read_text()) if indices is not None else None
-    if isinstance(listed, dict):  # `proofpool env filter`'s report
-        listed = listed.get("indices")
+    listed, _band = read_index_list(indices)
     spec_environment(parsed, model, listed)  # this machine agrees with the spec before anyone else is asked to
     console.print(f"publishing the base model and spec to the object store ({model})")
     stored = publish_spec(ObjectStore.from_settings(), parsed, model, listed)

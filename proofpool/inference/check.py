@@ -210,28 +210,13 @@ def check_samples(
     vocabulary, lengths within limits); out-of-vocabulary ids raise ValueError here.
     """
     rows = spot_check_rows(len(samples), sample_rate, selection_seed)
-    verdicts = _recompute_rows(
-        model, samples, rows, stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=tie_tolerance
+    chosen = [samples[i] for i in rows]
+    recomputed = prefill_batch(model, [(s.prompt_tokens, s.completion_tokens) for s in chosen])
+    verdicts = check_recomputed(
+        chosen, recomputed, rows, stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=tie_tolerance
     )
     return recheck_in_fp32(
         model, samples, verdicts, stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=tie_tolerance
-    )
-
-
-def _recompute_rows(
-    model: PreTrainedModel,
-    samples: Sequence[RolloutSample],
-    rows: Sequence[int],
-    *,
-    stop_ids: Collection[int],
-    max_tokens: int,
-    tie_tolerance: float,
-) -> list[SampleVerdict]:
-    """Verdicts for `rows` of a file: one batched prefill on `model`, then `check_recomputed`."""
-    chosen = [samples[r] for r in rows]
-    recomputed = prefill_batch(model, [(s.prompt_tokens, s.completion_tokens) for s in chosen])
-    return check_recomputed(
-        chosen, recomputed, rows, stop_ids=stop_ids, max_tokens=max_tokens, tie_tolerance=tie_tolerance
     )
 
 
