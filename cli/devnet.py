@@ -51,6 +51,48 @@ def run(
     verify_ledger: Annotated[
         bool, typer.Option(help="Rebuild the ledger from chain events at the end and diff it with PostgreSQL.")
     ] = True,
+    heldout_problems: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Held-out problems the trainer evaluates every checkpoint on, greedily (0: no evaluation).",
+        ),
+    ] = 64,
+    model: Annotated[
+        Path | None,
+        typer.Option(
+            help="Run the pool on this Hugging Face model directory (an allowlisted architecture, e.g. one "
+            "`proofpool model import-gguf` wrote) instead of the devnet's tiny Llama. Needs --env.",
+            rich_help_panel="Model pool",
+        ),
+    ] = None,
+    env: Annotated[
+        str | None,
+        typer.Option(
+            help="With --model: the task environment (`proofpool env list`), e.g. reasoning-gym.",
+            rich_help_panel="Model pool",
+        ),
+    ] = None,
+    env_config: Annotated[
+        str | None,
+        typer.Option(
+            help='With --env: its config, inline JSON or @FILE (reasoning-gym: {"tasks": ..., "seed": ...}).',
+            rich_help_panel="Model pool",
+        ),
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Problems per assignment.", rich_help_panel="Model pool")] = 4,
+    group_size: Annotated[
+        int, typer.Option(min=1, help="Completions per problem (the GRPO group).", rich_help_panel="Model pool")
+    ] = 4,
+    max_tokens: Annotated[
+        int, typer.Option(min=1, help="Completion budget of every sample.", rich_help_panel="Model pool")
+    ] = 128,
+    max_prompt_tokens: Annotated[
+        int, typer.Option(min=1, help="Longest prompt a problem may render to.", rich_help_panel="Model pool")
+    ] = 512,
+    temperature: Annotated[
+        float, typer.Option(min=0.01, help="Sampling temperature.", rich_help_panel="Model pool")
+    ] = 1.0,
 ) -> None:
     """Run the whole market and the RL loop for N steps, with a live view and a final report.
 
@@ -59,11 +101,35 @@ def run(
     cheater). Ends with the reward curve, a ledger table per provider and per validator, and
     exits 1 unless the cheater was slashed and ejected and no honest node was. Every process
     it started is stopped on the way out, also on Ctrl-C (then the exit code is 130).
+
+    With --model DIR --env ENV the pool runs ENV's problems on that model instead: its spec is
+    built here (golden vectors rendered and scored), published with the model to the object store,
+    and the pool created as spec://<sha256>, the path a real pool creator takes (`pool create --spec`).
     """
-    from proofpool.devnet.run import DevnetConfig, run_devnet, verify_ledger_of
+    from proofpool.devnet.run import DevnetConfig, ModelPool, run_devnet, verify_ledger_of
+
+    from proofpool.envs.tasks import read_config
 
     if cheat not in CHEATS:
         raise typer.BadParameter(f"--cheat must be one of {', '.join(CHEATS)}, not {cheat!r}")
+    if (model is None) != (env is None):
+        raise typer.BadParameter("--model and --env go together: a model pool needs both", param_hint="--model/--env")
+    if env_config is not None and env is None:
+        raise typer.BadParameter("--env-config needs --env", param_hint="--env-config")
+    model_pool = None
+    if model is not None and env is not None:
+        if not (model / "config.json").is_file():
+            raise typer.BadParameter(f"{model} holds no Hugging Face model (config.json missing)", param_hint="--model")
+        model_pool = ModelPool(
+            model.expanduser().resolve(),
+            env,
+            read_config(env_config),
+            batch_size=batch_size,
+            group_size=group_size,
+            max_prompt_tokens=max_prompt_tokens,
+            max_tokens=max_tokens,
+            temperature=temperature,
+        )
     config = DevnetConfig(
         out_dir=(out_dir or get_settings().state_dir / "run").expanduser().resolve(),
         steps=steps,
@@ -73,6 +139,8 @@ def run(
         redis_db=redis_db,
         step_timeout=step_timeout,
         verdict_timeout=verdict_timeout,
+        model_pool=model_pool,
+        heldout_problems=heldout_problems,
     )
     console = Console()
     console = console if console.is_terminal else Console(width=140)

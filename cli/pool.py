@@ -22,8 +22,9 @@ from proofpool.cli.common import (
 )
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.envs import spec_commitment
 from proofpool.infra.chain.accounts import load_account
-from proofpool.infra.chain.bindings import PoolParams
+from proofpool.infra.chain.bindings import NO_SPEC, PoolParams
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.signing import sign_invite
 from proofpool.infra.chain.units import format_pool, parse_pool
@@ -35,7 +36,11 @@ app = typer.Typer(no_args_is_help=True)
 def create(
     manager: str = typer.Option(None, help="Manager address (signs invites, publishes checkpoints). Default: you."),
     treasury: str = typer.Option(None, help="Receives the treasury share of slashed stake. Default: you."),
-    model_uri: str = typer.Option("devnet://tiny-llama/arithmetic-add-100", help="Model / task set URI."),
+    model_uri: str = typer.Option(
+        "devnet://tiny-llama/arithmetic-add-100",
+        help="Model / task set URI. A spec://<sha256> URI (of a spec already published) also commits the pool "
+        "to that sha256 as its on-chain specSha256.",
+    ),
     reward_per_unit: str = typer.Option("0.01", help="POOL paid per finalized work unit (token)."),
     validator_fee: str = typer.Option("0.5", help="POOL paid to the attesting validator per submission."),
     slash_amount: str = typer.Option("50", help="POOL slashed per invalid submission."),
@@ -55,7 +60,8 @@ def create(
     spec: Path = typer.Option(
         None,
         help="A pool spec (`proofpool env spec`): its base model and spec are published to the object store "
-        "and the pool is created with the model URI spec://<its sha256>. Needs --model.",
+        "and the pool is created with the model URI spec://<its sha256> and that sha256 as its on-chain "
+        "specSha256. Needs --model.",
     ),
     model: Path = typer.Option(None, "--model", help="With --spec: the base model directory the spec was built on."),
     indices: Path = typer.Option(None, help="With --spec: the index list (or `env filter` report) it names."),
@@ -65,9 +71,10 @@ def create(
     """Create a pool (you become its creator); optionally fund and start it.
 
     With --spec, the pool runs a task environment on a Hugging Face model: the spec, its index list
-    and the base model go to the object store first, content-addressed, and the pool commits to the
-    spec's sha256 in its on-chain model URI (spec://<sha256>); every worker and validator rebuilds
-    the environment from them and refuses any difference."""
+    and the base model go to the object store first, content-addressed, and the pool commits on-chain
+    to the spec's sha256 twice, in its model URI (spec://<sha256>) and as its specSha256; every
+    worker and validator refuses a pool whose two differ, rebuilds the environment from the spec and
+    refuses any difference."""
     client = signer_client(key, rpc_url)
     if spec is not None:
         model_uri = _publish_spec(spec, model, indices)
@@ -75,6 +82,7 @@ def create(
         manager=manager or client.address,
         treasury=treasury or client.address,
         model_uri=model_uri,
+        spec_sha256=spec_commitment(model_uri),  # what a spec:// URI names, else zero: roles refuse any other
         reward_per_unit=parse_pool(reward_per_unit),
         validator_fee=parse_pool(validator_fee),
         slash_amount=parse_pool(slash_amount),
@@ -304,8 +312,10 @@ def status(
     if as_json:
         print_json(data)
         return
-    names = ("pool_id", "status", "creator", "manager", "treasury", "model_uri", "dispute_window")
-    for name in (*names, "challenge_window", "contest_quorum"):
+    for name in ("pool_id", "status", "creator", "manager", "treasury", "model_uri"):
+        console.print(f"{name:24} {data[name]}")
+    console.print(f"{'spec_sha256':24} " + ("none" if pool.spec_sha256 == NO_SPEC else f"0x{pool.spec_sha256.hex()}"))
+    for name in ("dispute_window", "challenge_window", "contest_quorum"):
         console.print(f"{name:24} {data[name]}")
     for name in ("reward_per_unit", "validator_fee", "slash_amount", "budget"):
         console.print(f"{name:24} {format_pool(data[name])} POOL")

@@ -24,7 +24,8 @@ app = typer.Typer(no_args_is_help=True)
 
 COLLECTIVE_MARGIN = timedelta(hours=1)
 """Added to `--wait-timeout` for the process group's timeout under torchrun: ranks > 0 wait in a
-collective while rank 0 gathers rollouts, then while it publishes (upload and transaction)."""
+collective while rank 0 gathers rollouts, then while it publishes (upload and transaction) and
+evaluates the new checkpoint on the held-out problems."""
 
 
 @app.command()
@@ -51,13 +52,22 @@ def run(
         Path | None, typer.Option(help="Local directory of the pool's version-0 model (non-devnet pools).")
     ] = None,
     lr: Annotated[float | None, typer.Option(help="AdamW learning rate (default 2e-4).")] = None,
+    heldout_problems: Annotated[
+        int,
+        typer.Option(
+            min=0,
+            help="Held-out problems each checkpoint (and the base model) is scored on, greedily; 0 turns it off.",
+        ),
+    ] = 64,
 ) -> None:
     """Gather accepted rollouts, take GRPO steps, publish each result as the next checkpoint.
 
     Waits (with a log line saying for what) until enough accepted samples of recent model versions
     are in the ledger; Ctrl-C/SIGTERM stops after the current step's checkpoint is published.
     Under `torchrun --nproc-per-node N -m proofpool.cli.main trainer run ...` the step is sharded
-    over N processes (FSDP, gloo); rank 0 alone gathers, publishes and saves.
+    over N processes (FSDP, gloo); rank 0 alone gathers, publishes and saves. After each
+    publication (and once for the base model) rank 0 prints the checkpoint's greedy accuracy on
+    the pool's held-out problems, which metrics.csv and reward.png record beside the training reward.
     """
     from proofpool.trainer.config import GrpoConfig
     from proofpool.trainer.train import TrainerConfig, abort_followers, follow_trainer, run_trainer
@@ -83,6 +93,7 @@ def run(
         checkpoint_cache_dir=settings.checkpoint_cache_dir.expanduser(),
         relays=settings.checkpoint_relays,
         base_model=base_model,
+        heldout_problems=heldout_problems,
         grpo=GrpoConfig() if lr is None else GrpoConfig(lr=lr),
     )
     stop = threading.Event()

@@ -131,7 +131,8 @@ def run(
         if cheat is not None:
             from proofpool.devnet.adversary import Cheater, drill_environment
 
-            environment = drill_environment(client.pool.get_pool(pool).model_uri)
+            info = client.pool.get_pool(pool)
+            environment = drill_environment(info.model_uri, info.spec_sha256)
             config = dataclasses.replace(config, strategy=Cheater(cheat, environment, view.say))
         WorkerNode(config, account, client, api, ObjectStore.from_settings, view, stop).run()
 

@@ -66,7 +66,8 @@ STALE_VERSION: Final = 0
 class DrillEnvironment(Protocol):
     """What the cheats need of a pool's environment beyond `proofpool.core.environment.Environment`:
     the answer a perfect policy writes (`edit-tokens`) and a model of the same shape from another
-    seed (`other-model`). The devnet's arithmetic environment provides both."""
+    seed (`other-model`). The devnet's arithmetic environment provides both; a pool on a Hugging
+    Face model gets them from `proofpool.devnet.model_drill.ModelDrill`."""
 
     taskset: Taskset
 
@@ -79,11 +80,19 @@ class DrillEnvironment(Protocol):
         ...
 
 
-def drill_environment(model_uri: str) -> DrillEnvironment:
-    """The environment of a pool created with `model_uri`, if the cheats can run on it."""
-    from proofpool.envs import environment_for
+def drill_environment(model_uri: str, spec_sha256: bytes | None = None) -> DrillEnvironment:
+    """The environment of a pool created with `model_uri` (and, given, its on-chain `specSha256`,
+    checked against the URI as every role does), if the cheats can run on it."""
+    from proofpool.envs import check_spec_commitment, environment_for
+    from proofpool.envs.tokenized import ModelEnvironment
 
+    if spec_sha256 is not None:
+        check_spec_commitment(model_uri, spec_sha256)
     environment = environment_for(model_uri)
+    if isinstance(environment, ModelEnvironment):
+        from proofpool.devnet.model_drill import ModelDrill
+
+        return ModelDrill(environment)
     if not isinstance(environment, DrillEnvironment):
         raise ConfigError(f"the {environment.name} environment supports no cheat drills (it has no reference answers)")
     return environment

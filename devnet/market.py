@@ -13,7 +13,7 @@ from functools import partial
 from eth_account.signers.local import LocalAccount
 
 from proofpool.infra.chain.anvil import anvil_account
-from proofpool.infra.chain.bindings import PoolParams
+from proofpool.infra.chain.bindings import NO_SPEC, PoolParams
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.deploy import grant_validator
 from proofpool.infra.chain.tx import TxSender
@@ -59,11 +59,12 @@ class Cast:
 
 
 def devnet_pool_params(cast: Cast, dispute_window: int = 3600) -> PoolParams:
-    """The devnet pool: the tiny arithmetic model, 0.01 POOL per work unit, 0.5 POOL per verdict."""
+    """The devnet pool: the tiny arithmetic model (no pool spec), 0.01 POOL per work unit, 0.5 POOL per verdict."""
     return PoolParams(
         manager=cast.manager.address,
         treasury=cast.treasury.address,
         model_uri=DEVNET_MODEL_URI,
+        spec_sha256=NO_SPEC,
         reward_per_unit=TOKEN // 100,
         validator_fee=TOKEN // 2,
         slash_amount=50 * TOKEN,

@@ -1,6 +1,7 @@
-"""The devnet's closing report: the ledger per provider and per validator, the reward curve, and
-the verdict on the market itself (was the cheater slashed and ejected, was every honest node
-left alone, does the ledger match the chain). Also written as JSON for tests and benchmarks."""
+"""The devnet's closing report: the ledger per provider and per validator, the reward curve, the
+held-out accuracy of each checkpoint version (the trainer's `metrics.csv`), and the verdict on the
+market itself (was the cheater slashed and ejected, was every honest node left alone, does the
+ledger match the chain). Also written as JSON for tests and benchmarks."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from proofpool.devnet.progress import Snapshot
+from proofpool.trainer.metrics import heldout_by_version
 from rich.table import Table
 
 from proofpool.infra.chain.units import format_pool
@@ -94,6 +96,18 @@ def reward_curve(snapshot: Snapshot) -> str:
     return " → ".join(f"{value:.3f}" for value in snapshot.rewards_by_step) or "(no step taken)"
 
 
+def heldout_curve(snapshot: Snapshot) -> str:
+    """Greedy accuracy on the held-out problems per checkpoint version (version 0 is the base
+    model) as text; empty when the trainer recorded none (evaluation off)."""
+    scores = heldout_by_version(snapshot.trainer_steps)
+    if not scores:
+        return ""
+    versions = [s.version for s in scores]
+    labelled = versions != list(range(len(scores)))  # a gap (a restarted trainer): name each version
+    values = " → ".join(f"v{s.version} {s.accuracy:.3f}" if labelled else f"{s.accuracy:.3f}" for s in scores)
+    return f"{values} (greedy, {scores[-1].problems} problems)"
+
+
 def write_json(path: Path, snapshot: Snapshot, outcome: Outcome, extra: dict[str, Any]) -> None:
     """The report as JSON (`report.json` next to the logs)."""
     data = {
@@ -103,6 +117,10 @@ def write_json(path: Path, snapshot: Snapshot, outcome: Outcome, extra: dict[str
         "steps": snapshot.step,
         "checkpoint_version": snapshot.version,
         "mean_reward_by_step": snapshot.rewards_by_step,
+        "heldout_by_version": [
+            {"version": s.version, "accuracy": s.accuracy, "reward": s.reward, "problems": s.problems}
+            for s in heldout_by_version(snapshot.trainer_steps)
+        ],
         "providers": [
             {
                 "name": n.name,

@@ -17,17 +17,26 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import redis
 from proofpool.devnet.adversary import CheatMode, drill_environment, other_model
 from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
 from proofpool.devnet.market import DEVNET_MODEL_URI, NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node, time_travel
 from proofpool.devnet.progress import Snapshot, live_table, read_snapshot, status_line
-from proofpool.devnet.report import Outcome, judge_market, provider_table, reward_curve, validator_table, write_json
+from proofpool.devnet.report import (
+    Outcome,
+    heldout_curve,
+    judge_market,
+    provider_table,
+    reward_curve,
+    validator_table,
+    write_json,
+)
 from proofpool.devnet.services import Service, ServiceFailed, stop_all
 from proofpool.devnet.stack import DevnetStack, start_stack
 from rich.console import Console
@@ -35,6 +44,7 @@ from rich.live import Live
 
 from proofpool.core.errors import ProofpoolError, ServiceUnavailable
 from proofpool.envs import resolve_base_model
+from proofpool.envs.published import publish_spec, spec_uri
 from proofpool.infra import db
 from proofpool.infra.chain.anvil import free_port
 from proofpool.infra.chain.deploy import grant_validator
@@ -45,9 +55,45 @@ from proofpool.infra.storage import rollout_key
 from proofpool.infra.storage.s3 import ObjectStore
 from proofpool.infra.storage.seaweed import start_seaweed
 
+if TYPE_CHECKING:
+    from proofpool.core.spec import PoolSpec
+
 POOL_BUDGET = 5_000 * TOKEN
 """Enough for a long demo: about 3 POOL per accepted file (work units plus the validator's fee)."""
 FINALIZE_BATCH = 100
+
+
+@dataclass(frozen=True)
+class ModelPool:
+    """A devnet pool that runs a task environment on a Hugging Face model (`--model DIR --env ENV`):
+    created as a `spec://<sha256>` pool, exactly as `proofpool pool create --spec` does."""
+
+    model_dir: Path
+    env_id: str
+    env_config: Mapping[str, Any] = field(default_factory=dict)
+    batch_size: int = 4
+    """Problems per assignment."""
+    group_size: int = 4
+    """Completions per problem (the GRPO group)."""
+    max_prompt_tokens: int = 512
+    max_tokens: int = 128
+    """Completion budget of every sample."""
+    temperature: float = 1.0
+
+    def build_spec(self) -> PoolSpec:
+        """The pool's spec, built (and its golden vectors scored) on this machine."""
+        from proofpool.envs.spec import build_spec
+
+        return build_spec(
+            self.env_id,
+            dict(self.env_config),
+            self.model_dir,
+            batch_size=self.batch_size,
+            group_size=self.group_size,
+            max_prompt_tokens=self.max_prompt_tokens,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+        )
 
 
 @dataclass(frozen=True)
@@ -66,6 +112,10 @@ class DevnetConfig:
     verdict_timeout: float = 300.0
     """Seconds, after the workers stop, for every submission to get its verdict."""
     refresh: float = 2.0
+    model_pool: ModelPool | None = None
+    """None: the arithmetic pool on the devnet's tiny Llama (`DEVNET_MODEL_URI`)."""
+    heldout_problems: int = 64
+    """Held-out problems the trainer evaluates each checkpoint on (0: none)."""
 
 
 @dataclass
@@ -124,8 +174,11 @@ def check_services() -> None:
 
 
 @contextmanager
-def market(config: DevnetConfig, say: Say) -> Iterator[tuple[DevnetStack, ObjectStore]]:
-    """A fresh database, a flushed Redis db, SeaweedFS and the stack (anvil, indexer, backend)."""
+def market(config: DevnetConfig, say: Say, spec: PoolSpec | None = None) -> Iterator[tuple[DevnetStack, ObjectStore]]:
+    """A fresh database, a flushed Redis db, SeaweedFS and the stack (anvil, indexer, backend).
+
+    With `spec`, the base model and the spec are published to the object store and the pool is
+    created as a `spec://<sha256>` pool; else it is the arithmetic devnet pool."""
     settings = get_settings()
     root = config.out_dir
     if root.exists():
@@ -144,6 +197,13 @@ def market(config: DevnetConfig, say: Say) -> Iterator[tuple[DevnetStack, Object
         with deferred_interrupts():
             s3 = start_seaweed(root / "s3", access_key="devnet", secret_key="devnet-secret", bucket="proofpool")
             cleanup.callback(_stop_deferred, s3.stop)
+        store = ObjectStore.from_settings(s3.settings(settings))
+        model_uri = DEVNET_MODEL_URI
+        if spec is not None and config.model_pool is not None:
+            say(f"publishing the base model ({config.model_pool.model_dir}) and the pool spec to the object store")
+            stored = publish_spec(store, spec, config.model_pool.model_dir)
+            model_uri = spec_uri(stored.sha256())
+            say(f"pool spec {stored.sha256()}: {spec.environment.id} on {spec.model.architecture}")
         with deferred_interrupts():  # the same for the stack (its start takes seconds, each step timed)
             stack = start_stack(
                 root / "stack",
@@ -153,10 +213,11 @@ def market(config: DevnetConfig, say: Say) -> Iterator[tuple[DevnetStack, Object
                 extra_env={"PROOFPOOL_STATE_DIR": str(root / "state")},
                 dispatch=True,
                 budget=POOL_BUDGET,
+                model_uri=model_uri,
                 say=say,
             )
             cleanup.callback(stack.close)
-        yield stack, ObjectStore.from_settings(s3.settings(settings))
+        yield stack, store
 
 
 def _stop_deferred(stop: Callable[[], None]) -> None:
@@ -193,6 +254,7 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
         [
             *("trainer", "run", "--pool", str(pool), "--steps", str(config.steps)),
             *("--samples-per-step", str(config.samples_per_step), "--wait-timeout", str(config.step_timeout)),
+            *("--heldout-problems", str(config.heldout_problems)),
             *("--state-dir", str(root / "trainer"), "--out-dir", str(root)),
         ],
         {
@@ -304,12 +366,21 @@ def run_devnet(
 def _run_devnet(config: DevnetConfig, console: Console, verify: Verify | None, during: Show | None) -> Outcome:
     check_services()
     say = _sayer(console)
-    # Built once here, before a dozen processes would each build it at the same time; the
-    # cheater's model too, or its node spends the run warming it up and never submits.
-    say(f"devnet model: {resolve_base_model(DEVNET_MODEL_URI, progress=say)}")
-    if config.cheat == CheatMode.OTHER_MODEL:
-        say(f"the cheater's model: {other_model(drill_environment(DEVNET_MODEL_URI), progress=say)}")
-    with market(config, say) as (stack, store):
+    spec = None
+    if config.model_pool is not None:
+        # Every role checks its own rendering and scoring against the spec's golden vectors, so a
+        # model or environment this machine cannot run fails here, before a process is started.
+        pool = config.model_pool
+        say(f"building the pool spec: {pool.env_id} on {pool.model_dir} (rendering and scoring golden vectors)")
+        spec = pool.build_spec()
+    else:
+        # Built once here, before a dozen processes would each build it at the same time; the
+        # cheater's model too, or its node spends the run warming it up and never submits. (A
+        # model pool's cheater draws its variant itself: an initialization, seconds.)
+        say(f"devnet model: {resolve_base_model(DEVNET_MODEL_URI, progress=say)}")
+        if config.cheat == CheatMode.OTHER_MODEL:
+            say(f"the cheater's model: {other_model(drill_environment(DEVNET_MODEL_URI), progress=say)}")
+    with market(config, say, spec) as (stack, store):
         run = start_loop(config, stack, say)
         try:
             snapshot = _follow_with_view(run, console, during)
@@ -374,9 +445,12 @@ def _follow_with_view(run: DevnetRun, console: Console, during: Show | None) -> 
 def _print_report(console: Console, config: DevnetConfig, snapshot: Snapshot, outcome: Outcome) -> None:
     console.print()
     console.print(f"[bold]mean reward by step[/bold]: {reward_curve(snapshot)}")
+    heldout = heldout_curve(snapshot)
+    if heldout:
+        console.print(f"[bold]held-out accuracy by version[/bold]: {heldout}")
     png = config.out_dir / "reward.png"
     if png.exists():
-        console.print(f"reward and loss plot: {png}")
+        console.print(f"reward, held-out accuracy and loss plot: {png}")
     console.print(provider_table(snapshot))
     console.print(validator_table(snapshot))
     if outcome.ledger_matches is not None:

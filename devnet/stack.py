@@ -9,13 +9,14 @@ started SeaweedFS); everything else is started here and stopped by `close()`.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from proofpool.devnet.interrupt import deferred_interrupts
-from proofpool.devnet.market import Cast, devnet_pool_params, open_market
+from proofpool.devnet.market import DEVNET_MODEL_URI, Cast, devnet_pool_params, open_market
 from proofpool.devnet.services import Service, cli_environment, http_ok, spawn_cli, stop_all, wait_until
 
+from proofpool.envs import spec_commitment
 from proofpool.infra.chain.anvil import AnvilProcess, free_port, start_anvil
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.deploy import deploy_contracts, write_address_book
@@ -70,6 +71,7 @@ def start_stack(
     extra_env: Mapping[str, str] | None = None,
     dispatch: bool = False,
     budget: int = 1_000 * TOKEN,
+    model_uri: str = DEVNET_MODEL_URI,
     say: Say = lambda _line: None,
 ) -> DevnetStack:
     """Start anvil (contracts deployed, pool 1 funded and started), the indexer and the backend.
@@ -77,7 +79,8 @@ def start_stack(
     `database_url` must be migrated to head; `s3_env` points at the object store (see
     `SeaweedProcess.env`). The backend holds the pool manager's key so it can sign invites.
     With `dispatch`, the indexer sends a validation task per submission to the Celery broker
-    (REDIS_URL), for validators to consume. `budget` (base units) funds the pool.
+    (REDIS_URL), for validators to consume. `budget` (base units) funds the pool, created with
+    `model_uri` (a `spec://` pool's spec must be in the object store already).
     """
     root.mkdir(parents=True, exist_ok=True)
     cast = Cast()
@@ -92,7 +95,8 @@ def start_stack(
         deployments = root / "deployments"
         write_address_book(book, deployments)
         admin = ChainClient.build(w3, book, cast.admin)
-        pool_id = open_market(admin, cast, devnet_pool_params(cast), budget)
+        params = replace(devnet_pool_params(cast), model_uri=model_uri, spec_sha256=spec_commitment(model_uri))
+        pool_id = open_market(admin, cast, params, budget)
         say(f"pool {pool_id} created, funded and started")
         port = free_port()
         backend_url = f"http://127.0.0.1:{port}"

@@ -58,9 +58,14 @@ class BehaviorPolicies:
             by_version[row.model_version].append(row)
         out: dict[BehaviorKey, list[float]] = {}
         for version, version_rows in sorted(by_version.items()):
-            if version not in self._weights:
-                log.info("loading checkpoint %d to score its rows", version, extra={"version": version})
-                self._weights[version] = published_weights(self._load(version))
-            self._scratch.load_state_dict({k: v.float() for k, v in self._weights[version].items()})
-            out.update(completion_logprobs(self._scratch, version_rows))
+            out.update(completion_logprobs(self.policy(version), version_rows))
         return out
+
+    def policy(self, version: int) -> PreTrainedModel:
+        """A model (in eval mode) holding checkpoint `version` as it was published; one scratch
+        model serves every version, so it holds this one only until the next call."""
+        if version not in self._weights:
+            log.info("loading checkpoint %d", version, extra={"version": version})
+            self._weights[version] = published_weights(self._load(version))
+        self._scratch.load_state_dict({k: v.float() for k, v in self._weights[version].items()})
+        return self._scratch

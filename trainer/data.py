@@ -7,27 +7,44 @@ old are off-policy enough to be left out. Only work a validator accepted is used
 used once; the keys seen are part of the trainer's resumable state. Accepted is not trusted
 blindly either: every fetched file goes through `proofpool.trainer.screen` (its hash, schema and values),
 and a file refused there is remembered in the poison list and never fetched again.
+
+A pool whose task set does not score reproducibly (`reproducible_scores` False: the `code`
+environment) is trained on its validators' rewards, not the files': validators do not slash over
+a reward there, they store their judgement of every row of an accepted file beside it
+(`proofpool.infra.storage.judged_key`). The source reads it first; a file whose judgements are
+not in the store yet is left for a later fetch (not used, not poisoned). `apply_judgements` then
+drops the rows judged `inconclusive`, gives the rest the validator's rewards and recomputes the
+advantages over the rows kept.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 from proofpool.trainer.screen import ModelLimits, PoisonList, Submission, screen_file
 
+from proofpool.core.environment import ScoreStatus
 from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import RolloutSample
 from proofpool.infra.http.ledger_client import LedgerClient, LedgerRefused
-from proofpool.infra.storage import rollout_key
-from proofpool.infra.storage.s3 import ObjectStore, StorageError
+from proofpool.infra.storage import JudgedRow, JudgementsError, judged_key, read_judged, rollout_key
+from proofpool.infra.storage.s3 import ObjectNotFound, ObjectStore, StorageError
 
 log = logging.getLogger(__name__)
 
 USABLE_STATUSES = ("accepted", "finalized")
+UNTRAINED_STATUSES: Final[frozenset[ScoreStatus]] = frozenset({"inconclusive"})
+"""Judgements the trainer leaves out: the checker could not decide, through no fault of the
+completion. `error` and `timeout` are the completion's doing (it does not compile, it ran out of
+memory or CPU well past a close call) and train as the reward 0 they earned."""
 
 
 class NotEnoughRollouts(ProofpoolError):
@@ -46,6 +63,11 @@ class RolloutSource:
     """The trained model's vocabulary and positions; None skips the checks that need them."""
     poisoned: PoisonList = field(default_factory=PoisonList)
     """Files refused by the screen: never fetched again, across restarts when it has a path."""
+    judged: bool = False
+    """Train on the validators' judgements (`apply_judgements`): the pool's task set does not
+    score reproducibly."""
+    _waiting: set[bytes] = field(default_factory=set, init=False, repr=False)
+    """Files whose judgements were not in the store (warned about once each)."""
 
     def fetch_new(self, min_version: int, rows_wanted: int | None = None) -> list[tuple[bytes, list[RolloutSample]]]:
         """(work key, rows) of accepted files with model version >= `min_version` not seen yet, newest
@@ -66,19 +88,44 @@ class RolloutSource:
             if rows_wanted is not None and have >= rows_wanted:
                 break
             key = _work_key(row)
+            judgements = self._judgements(key, row) if self.judged else None
+            if self.judged and judgements is None:
+                continue  # not used: asked again at the next fetch
             self.seen.add(key)
-            rows = self._fetch(key, row)
+            rows = self._fetch(key, row, judgements)
             if rows:
                 found.append((key, rows))
                 have += len(rows)
         return found
 
-    def _fetch(self, key: bytes, row: dict) -> list[RolloutSample]:
-        """The screened rows of one accepted file; [] when it cannot be fetched or nothing is fit.
+    def _judgements(self, key: bytes, row: dict) -> tuple[JudgedRow, ...] | None:
+        """The validator's judgements of an accepted file; None while they are not in the store (or
+        the store is unreachable), and None for a malformed document, which poisons the file."""
+        extra = {"pool": self.pool_id, "work_key": row["work_key"]}
+        try:
+            data = self.store.get_object(judged_key(self.pool_id, row["node"], key.hex()))
+        except ObjectNotFound:
+            if key not in self._waiting:
+                self._waiting.add(key)
+                log.warning("accepted file skipped until its validator's judgements are stored", extra=extra)
+            return None
+        except StorageError as exc:
+            log.warning("accepted file skipped for now, judgements not fetched: %s", exc, extra=extra)
+            return None
+        self._waiting.discard(key)
+        try:
+            return read_judged(data, key.hex())
+        except JudgementsError as exc:
+            self.poisoned.record(key, f"bad_judgements: {exc}", pool_id=self.pool_id)
+            return None
+
+    def _fetch(self, key: bytes, row: dict, judgements: Sequence[JudgedRow] | None = None) -> list[RolloutSample]:
+        """The screened rows of one accepted file (with `judgements` applied, when given); [] when it
+        cannot be fetched or nothing is fit.
 
         A store error is not the file's fault, so it is only logged, not recorded as poisoned (the
-        file still counts as used: `fetch_new` marked it seen); what the screen finds is recorded
-        in the poison list.
+        file still counts as used: `fetch_new` marked it seen); what the screen finds, and
+        judgements that do not fit the file, are recorded in the poison list.
         """
         try:
             data = self.store.get_object(rollout_key(self.pool_id, row["node"], key.hex()))
@@ -89,11 +136,56 @@ class RolloutSource:
         screened = screen_file(data, sub, self.limits)
         if screened.problem is not None:
             self.poisoned.record(key, screened.problem, pool_id=self.pool_id)
-        return screened.rows
+        if judgements is None:
+            return screened.rows
+        try:
+            return apply_judgements(screened.rows, judgements)
+        except JudgementsError as exc:
+            self.poisoned.record(key, f"bad_judgements: {exc}", pool_id=self.pool_id)
+            return []
 
     def _usable(self) -> Iterable[dict]:
         for status in USABLE_STATUSES:
             yield from self.ledger.items("submissions", {"pool_id": self.pool_id, "status": status})
+
+
+def apply_judgements(rows: Sequence[RolloutSample], judged: Sequence[JudgedRow]) -> list[RolloutSample]:
+    """`rows` of a file trained on a validator's judgements `judged` (all the file's rows, in order).
+
+    `rows` are the file's rows in order, less whole groups the screen dropped; each row is matched
+    to its judgement by group id and position in the group. Rows judged `inconclusive`
+    (`UNTRAINED_STATUSES`) are dropped, the others take the judged reward, and advantages are
+    `group_advantages` of the rewards of the rows kept, group by group.
+
+    Raises `JudgementsError` when the judgements do not fit the rows (another count per group,
+    another problem id).
+    """
+    by_group: dict[int, list[JudgedRow]] = defaultdict(list)
+    for judgement in judged:
+        by_group[judgement.group_id].append(judgement)
+    taken: dict[int, int] = defaultdict(int)
+    kept: list[tuple[RolloutSample, JudgedRow]] = []
+    for row in rows:
+        position = taken[row.group_id]
+        taken[row.group_id] += 1
+        group = by_group.get(row.group_id, [])
+        if position >= len(group):
+            raise JudgementsError(f"group {row.group_id} has more rows than judgements ({len(group)})")
+        judgement = group[position]
+        if judgement.problem_id != row.problem_id:
+            raise JudgementsError(
+                f"row {position} of group {row.group_id} is of problem {row.problem_id!r}, "
+                f"its judgement of {judgement.problem_id!r}"
+            )
+        if judgement.status not in UNTRAINED_STATUSES:
+            kept.append((row, judgement))
+    short = next((g for g, n in taken.items() if n != len(by_group[g])), None)
+    if short is not None:
+        raise JudgementsError(f"group {short} has {taken[short]} rows but {len(by_group[short])} judgements")
+    advantages = group_advantages([j.reward for _, j in kept], [row.group_id for row, _ in kept])
+    return [
+        dataclasses.replace(row, reward=j.reward, advantage=a) for (row, j), a in zip(kept, advantages, strict=True)
+    ]
 
 
 def _work_key(row: dict) -> bytes:

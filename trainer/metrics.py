@@ -1,12 +1,23 @@
 """Per-step metrics of the trainer: a CSV row per step and a reward/loss plot (PNG) redrawn
-after every step, so a pool creator sees the curve while training runs."""
+after every step, so a pool creator sees the curve while training runs.
+
+A step's row holds its training figures and the held-out evaluation of the version it published
+(`heldout_accuracy`, `heldout_reward`, `heldout_problems`, `heldout_seconds`); the first row of a
+fresh run also holds the base model's (`base_heldout_*`, version 0). So the file keeps exactly one
+row per step, and `heldout_by_version` reads the held-out curve back from it.
+"""
 
 from __future__ import annotations
 
 import csv
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from proofpool.trainer.heldout import HeldOutScore
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 def append_csv(path: Path, row: Mapping[str, Any]) -> None:
@@ -43,25 +54,54 @@ def read_csv(path: Path) -> list[dict[str, str]]:
         return list(csv.DictReader(handle))
 
 
-def plot(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path:
-    """Mean reward and loss per step, two panels, as a PNG."""
-    import matplotlib
+def heldout_by_version(rows: Sequence[Mapping[str, Any]]) -> list[HeldOutScore]:
+    """The held-out evaluations recorded in metrics rows, by checkpoint version: the base model's
+    (version 0) from a fresh run's first row, then each step's published version. Rows without
+    them (evaluation off, an older trainer) add nothing; a version recorded twice keeps the last."""
+    found: dict[int, HeldOutScore] = {}
+    for row in rows:
+        base = HeldOutScore.from_columns(row, 0, "base_heldout")
+        if base is not None:
+            found[0] = base
+        score = HeldOutScore.from_columns(row, int(row["version"]))
+        if score is not None:
+            found[score.version] = score
+    return [found[v] for v in sorted(found)]
 
-    matplotlib.use("Agg")  # no display on servers
-    import matplotlib.pyplot as plt
 
+def figure(rows: Sequence[Mapping[str, Any]], title: str) -> Figure:
+    """Two panels over the steps: the training reward (the step's rollouts, sampled) with the
+    held-out greedy accuracy of each version beside it (version n is the checkpoint after step n,
+    version 0 the base model), and the GRPO loss."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7, 6))
+    top, bottom = fig.subplots(2, 1, sharex=True)
     steps = [int(r["step"]) for r in rows]
-    fig, (top, bottom) = plt.subplots(2, 1, figsize=(7, 6), sharex=True)
-    top.plot(steps, [float(r["mean_reward"]) for r in rows], marker="o")
-    top.set_ylabel("mean task reward")
+    top.plot(steps, [float(r["mean_reward"]) for r in rows], marker="o", label="training reward (rollouts)")
+    held = heldout_by_version(rows)
+    if held:
+        top.plot(
+            [s.version for s in held],
+            [s.accuracy for s in held],
+            marker="s",
+            color="tab:green",
+            label=f"held-out greedy accuracy ({held[-1].problems} problems)",
+        )
+        top.legend(loc="best", fontsize="small")
+    top.set_ylabel("reward / accuracy")
     top.set_title(title)
     top.grid(alpha=0.3)
     bottom.plot(steps, [float(r["loss"]) for r in rows], marker="o", color="tab:red")
     bottom.set_ylabel("GRPO loss")
-    bottom.set_xlabel("step")
+    bottom.set_xlabel("step (held-out: the checkpoint published after that many steps)")
     bottom.grid(alpha=0.3)
     fig.tight_layout()
+    return fig
+
+
+def plot(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path:
+    """`figure` as a PNG at `path`."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    figure(rows, title).savefig(path, dpi=100)
     return path

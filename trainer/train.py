@@ -6,11 +6,15 @@ Step n starts from checkpoint version n (the pool's base model for n = 0), gathe
 manifest in the store, the manifest's sha256 on-chain (`proofpool.infra.checkpoint.publish_checkpoint`),
 so heartbeats hand it to workers and validators load it. The last k + 1 versions stay in the
 store; older ones are deleted. After each publication the state (weights, optimizer, step, files
-used) is saved, so a restarted trainer continues where it stopped.
+used) is saved, so a restarted trainer continues where it stopped. Then the published version is
+measured on the pool's held-out problems (`proofpool.trainer.heldout`; the base model too, before
+the first step of a fresh run), and the step's row goes to `metrics.csv` and `reward.png`.
 
 Under `torchrun` (`torch.distributed`, FSDP) rank 0 runs `run_trainer` and every other rank
 `follow_trainer`: rank 0 alone reads the chain, the ledger and the store, broadcasts each step's
-rows, and publishes; all ranks take the step together (`proofpool.trainer.policy`).
+rows, and publishes; all ranks take the step together (`proofpool.trainer.policy`). The held-out
+evaluation runs on rank 0 alone, on the published weights it keeps (no collective), while the
+other ranks wait for its next command.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import torch
 from proofpool.trainer.behavior import BehaviorPolicies
 from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.data import RolloutSource, gather
+from proofpool.trainer.heldout import HeldOut, HeldOutScore
 from proofpool.trainer.metrics import append_csv, plot, read_csv
 from proofpool.trainer.policy import Policy
 from proofpool.trainer.screen import ModelLimits, PoisonList
@@ -35,8 +40,9 @@ from proofpool.trainer.state import TrainerState, load_state, save_state
 from proofpool.trainer.world import SINGLE, World, broadcast
 from pydantic import BaseModel, ConfigDict, Field
 
+from proofpool.core.environment import Environment
 from proofpool.core.errors import ProofpoolError
-from proofpool.envs import resolve_base_model
+from proofpool.envs import UnknownEnvironment, pool_assignment, pool_environment, resolve_base_model
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.checkpoint import (
     DEFAULT_SHARD_SIZE,
@@ -75,6 +81,9 @@ class TrainerConfig(BaseModel):
     relays: tuple[str, ...] = ()
     """Checkpoint relays to fetch published versions through (S3 is the fallback)."""
     base_model: Path | None = None
+    heldout_problems: int = Field(64, ge=0)
+    """Held-out problems each published version (and the base model) is evaluated on, greedily
+    (`proofpool.trainer.heldout`); 0 turns the evaluation off. Fewer when the pool holds out fewer."""
     grpo: GrpoConfig = Field(default_factory=GrpoConfig)
 
 
@@ -117,6 +126,8 @@ def run_trainer(
         behavior = BehaviorPolicies(model, lambda version: _published_state(client, store, config, pool, version))
         behavior.remember(step, model.state_dict())  # what version `step` was published as
         policy = Policy.whole(model, config.grpo, None if state is None else state.optimizer)
+        environment = _environment(client, pool)
+        held_out = _held_out(environment, config)
     except BaseException as exc:
         abort_followers(world, exc)
         raise
@@ -129,6 +140,7 @@ def run_trainer(
         set() if state is None else set(state.seen),
         limits=ModelLimits.of(policy.whole_model.config),
         poisoned=PoisonList.load(config.state_dir),
+        judged=not getattr(environment.taskset, "reproducible_scores", True),
     )
     csv_path, png_path = config.out_dir / "metrics.csv", config.out_dir / "reward.png"
     ranks = f" on {world.size} ranks" if world.size > 1 else ""
@@ -136,8 +148,14 @@ def run_trainer(
         f"trainer for pool {pool}: from checkpoint {step}, {config.steps} steps of >= {config.samples_per_step} "
         f"samples{ranks}"
     )
+    if config.heldout_problems and held_out is None:
+        say("held-out evaluation off: the pool's task set holds no problem out")
     followers_waiting = True  # the other ranks wait for a command, not inside a collective
+    base_score: HeldOutScore | None = None
     try:
+        if held_out is not None and step == 0:  # a fresh run: the base model, for comparison
+            base_score = held_out.evaluate(behavior.policy(0), 0)
+            say(base_score.line())
         for _ in range(config.steps):
             gather_started = time.monotonic()
             rows = gather(
@@ -167,14 +185,19 @@ def run_trainer(
             behavior.forget_below(step + 1 - config.async_level)
             step += 1
             save_state(config.state_dir, TrainerState(step, *policy.state_dicts(), source.seen))
+            publish_seconds = time.monotonic() - step_started - trained
+            score = None if held_out is None else held_out.evaluate(behavior.policy(step), step)
             row = {
                 "step": step,
                 "version": published.version,
                 **_flat(metrics),
                 "wait_seconds": waited,
                 "train_seconds": trained,
-                "publish_seconds": time.monotonic() - step_started - trained,
+                "publish_seconds": publish_seconds,
+                **(score.columns() if score else {}),
+                **(base_score.columns("base_heldout") if base_score else {}),  # the first row of a fresh run
             }
+            base_score = None
             append_csv(csv_path, row)
             plot(read_csv(csv_path), png_path, f"pool {pool}: GRPO on accepted rollouts")
             log.info("checkpoint published", extra={"pool": pool, "version": published.version, "pruned": pruned})
@@ -185,6 +208,8 @@ def run_trainer(
                 f"loss {row.get('loss', float('nan')):.4f} -> checkpoint {published.version} "
                 f"(tx 0x{published.tx_hash.hex()[:12]}…){f', pruned {pruned}' if pruned else ''}"
             )
+            if score is not None:
+                say(score.line())
             if stop.is_set():
                 break
     except BaseException as exc:
@@ -252,6 +277,27 @@ def _describe(exc: BaseException) -> str:
     return f"{exc.__class__.__name__}: {exc}" if str(exc) else exc.__class__.__name__
 
 
+def _environment(client: ChainClient, pool: int) -> Environment:
+    """The pool's environment: its held-out problems, and whether its rewards are the files' or, for a
+    task set that does not score reproducibly, the validators' judgements (`RolloutSource.judged`)."""
+    info = client.pool.get_pool(pool)
+    try:
+        return pool_environment(info.model_uri, info.spec_sha256)
+    except UnknownEnvironment as exc:
+        hint = "the trainer needs it for the held-out evaluation and to know whose rewards to train on"
+        raise UnknownEnvironment(f"{exc}; {hint}") from exc
+
+
+def _held_out(environment: Environment, config: TrainerConfig) -> HeldOut | None:
+    """The pool's held-out problems to evaluate on, None when the evaluation is off or the pool's
+    task set holds none out. Completions get the pool's assignment budget (`pool_assignment`)."""
+    if config.heldout_problems == 0:
+        return None
+    max_tokens = pool_assignment(environment).max_tokens
+    held = HeldOut.of_pool(environment, config.heldout_problems, max_tokens, config.grpo.micro_batch)
+    return held if held.problem_ids else None
+
+
 def _published_state(
     client: ChainClient, store: ObjectStore, config: TrainerConfig, pool: int, version: int
 ) -> dict[str, torch.Tensor]:
@@ -266,7 +312,8 @@ def _model_dir(client: ChainClient, store: ObjectStore, config: TrainerConfig, p
     """The pool's version-0 model: tokenizer and model config come from it for every version."""
     if onchain_manifest_sha256(client, pool, 0) is not None:
         return _fetched(client, store, config, 0)
-    return resolve_base_model(client.pool.get_pool(pool).model_uri, config.base_model)
+    info = client.pool.get_pool(pool)
+    return resolve_base_model(info.model_uri, config.base_model, spec_sha256=info.spec_sha256)
 
 
 def _fetched(client: ChainClient, store: ObjectStore, config: TrainerConfig, version: int) -> Path:

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from proofpool.core.errors import ProofpoolError
-from proofpool.envs import UnknownBaseModel, environment_for, resolve_base_model
+from proofpool.core.spec import SpecError
+from proofpool.envs import UnknownBaseModel, pool_environment, resolve_base_model
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.checkpoint import CheckpointError, ensure_published_checkpoint, onchain_manifest_sha256
 from proofpool.infra.config import get_settings
@@ -60,13 +61,14 @@ class ModelCache:
     def environment(self, pool_id: int) -> Environment:
         """The environment the pool's on-chain model URI names (its task set and token limits).
 
-        One not installed here, or a spec pool whose spec this machine does not reproduce (another
-        package version, another scorer: `SpecMismatch`), is this validator's gap, not the
-        submitter's: `ModelUnavailable`, so it judges none of the pool's files and slashes no one."""
+        One not installed here, a spec pool whose spec this machine does not reproduce (another
+        package version, another scorer: `SpecMismatch`), or a pool whose on-chain spec hash its
+        model URI does not name (`SpecMismatch`, `proofpool.envs.check_spec_commitment`) is not the
+        submitter's fault: `ModelUnavailable`, so it judges none of the pool's files and slashes no one."""
         if pool_id not in self._environments:
-            model_uri = self._client.pool.get_pool(pool_id).model_uri
+            pool = self._client.pool.get_pool(pool_id)
             try:
-                self._environments[pool_id] = environment_for(model_uri)
+                self._environments[pool_id] = pool_environment(pool.model_uri, pool.spec_sha256)
             except ProofpoolError as exc:
                 raise ModelUnavailable(f"pool {pool_id}: {exc}") from exc
         return self._environments[pool_id]
@@ -88,7 +90,8 @@ class ModelCache:
         """The verified local directory of the model (base model or fetched checkpoint)."""
         try:
             if version == 0 and onchain_manifest_sha256(self._client, pool_id, 0) is None:
-                return resolve_base_model(self._client.pool.get_pool(pool_id).model_uri, self._base_model)
+                pool = self._client.pool.get_pool(pool_id)
+                return resolve_base_model(pool.model_uri, self._base_model, spec_sha256=pool.spec_sha256)
             return ensure_published_checkpoint(
                 self._client,
                 self._store,
@@ -98,7 +101,7 @@ class ModelCache:
                 relays=self._relays,
                 max_bytes=get_settings().checkpoint_max_bytes,
             )
-        except (CheckpointError, UnknownBaseModel) as exc:
+        except (CheckpointError, UnknownBaseModel, SpecError) as exc:
             raise ModelUnavailable(f"model of pool {pool_id} version {version}: {exc}") from exc
 
     def _load(self, pool_id: int, version: int) -> PreTrainedModel:

@@ -17,10 +17,18 @@
    claims its assigned batch in the same transaction; a second file of one batch is
    `duplicate_batch` (`first_of_its_batch`). Sending it on-chain is the verdict sender's job
    (`proofpool.validator.verdicts`).
+
+For a pool whose task set does not score reproducibly (`reproducible_scores` False: the `code`
+environment), the checks do not compare rewards; an accepted file's rows are judged by this
+validator (`judge_rows`), and the judgements are stored beside the file
+(`proofpool.infra.storage.judged_key`) before the decision is recorded, so no accepted verdict
+goes out without them: the trainer trains on those rewards, not the file's. The evidence counts
+the rows whose rewards disagreed and the inconclusive ones.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 import time
@@ -30,6 +38,7 @@ from typing import Final
 
 from proofpool.validator import store
 from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
+from proofpool.validator.checks.scoring import JudgingTaskset, judge_rows, reproducible_scores
 from proofpool.validator.checks.verdict import reject
 from proofpool.validator.evidence import publish_verdict
 from proofpool.validator.resources import Resources
@@ -44,9 +53,11 @@ from proofpool.validator.submissions import (
 )
 from psycopg import Connection
 
+from proofpool.core.environment import Taskset
 from proofpool.core.errors import ProofpoolError
-from proofpool.infra.storage import rollout_key
-from proofpool.infra.storage.s3 import ObjectNotFound, ObjectTooLarge
+from proofpool.core.rollout import read_rollouts
+from proofpool.infra.storage import JUDGED_CONTENT_TYPE, JudgedRow, judged_document, judged_key, rollout_key
+from proofpool.infra.storage.s3 import ObjectNotFound, ObjectStore, ObjectTooLarge
 
 log = logging.getLogger(__name__)
 
@@ -185,13 +196,36 @@ def judge(
                 f"(judged missing after {deadline:.0f} s)"
             ) from None
         return reject("missing", waited_seconds=round(waited, 1))
-    return run_checks(
+    verdict = run_checks(
         data,
         facts,
         rules,
         lambda version: res.models.get(sub.pool_id, version),
         sample_rate=1.0 if selected else 0.0,
     )
+    if verdict.accepted and not reproducible_scores(rules.taskset):
+        verdict = record_judgements(res.store, facts, rules.taskset, data, verdict, res.address)
+    return verdict
+
+
+def record_judgements(
+    store: ObjectStore, sub: SubmissionFacts, taskset: Taskset, data: bytes, verdict: Verdict, validator: str
+) -> Verdict:
+    """Judge every row of the accepted file `data` (a pool without reproducible scores), store the
+    judgements at `judged_key` and return `verdict` with their counts in its evidence.
+
+    The file passed every check, so it parses; a task set that cannot judge is a bug (TypeError).
+    """
+    if not isinstance(taskset, JudgingTaskset):
+        raise TypeError(f"task set {type(taskset).__name__} has no `judge`, but its scores are not reproducible")
+    _, samples = read_rollouts(data)
+    judged = judge_rows(samples, taskset)
+    rows = [
+        JudgedRow(s.problem_id, s.group_id, j.reward, j.status) for s, j in zip(samples, judged.judgements, strict=True)
+    ]
+    document = judged_document(sub.work_key.hex(), validator, rows)
+    store.put_object(judged_key(sub.pool_id, sub.node, sub.work_key.hex()), document, content_type=JUDGED_CONTENT_TYPE)
+    return dataclasses.replace(verdict, evidence={**verdict.evidence, **judged.evidence()})
 
 
 def missing_deadline(res: Resources, pool_id: int) -> float:

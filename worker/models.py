@@ -22,6 +22,7 @@ from pathlib import Path
 from proofpool.worker.engine import EngineConfig, InferenceEngine
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.core.spec import SpecError
 from proofpool.envs import UnknownBaseModel, resolve_base_model
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.checkpoint import CheckpointError, ensure_checkpoint, onchain_manifest_sha256
@@ -74,9 +75,13 @@ class ModelResolver:
                 raise Unservable("unknown_model_version", f"version {a.checkpoint_version} comes without a manifest")
             pool = self._client.pool.get_pool(a.pool_id)
             try:
-                return resolve_base_model(pool.model_uri, self._base_model, self._progress)
+                return resolve_base_model(
+                    pool.model_uri, self._base_model, self._progress, spec_sha256=pool.spec_sha256
+                )
             except UnknownBaseModel as exc:
                 raise Unservable("unknown_base_model", str(exc)) from exc
+            except SpecError as exc:  # the pool's spec hash and model URI disagree, or its spec is refused
+                raise Unservable("spec_refused", str(exc)) from exc
         on_chain = onchain_manifest_sha256(self._client, a.pool_id, a.checkpoint_version)
         if on_chain is None:
             raise Unservable(

@@ -48,8 +48,8 @@ from proofpool.worker.submit import SubmitRefused, stale_reason, submit, upload
 from proofpool.core.environment import Environment, Taskset
 from proofpool.core.errors import ProofpoolError
 from proofpool.core.rollout import RolloutFileMeta
-from proofpool.envs import environment_for
-from proofpool.infra.chain.bindings import MemberState, PoolStatus
+from proofpool.envs import pool_environment
+from proofpool.infra.chain.bindings import MemberState, PoolInfo, PoolStatus
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.errors import ContractRevert
 from proofpool.infra.chain.units import format_pool
@@ -132,14 +132,28 @@ class WorkerNode:
         self._uploads = httpx.Client(timeout=120.0)
         """One client for every presigned PUT (used by the submitter thread only)."""
         self._environment: Environment | None = None
+        self._spec_sha256: bytes | None = None
 
     @property
     def environment(self) -> Environment:
         """The pool's environment, the one its on-chain model URI names (looked up once)."""
         if self._environment is None:
-            model_uri = self._chain(lambda: self.client.pool.get_pool(self.config.pool_id).model_uri, "pool lookup")
-            self._environment = _environment_of(model_uri)
+            self._adopt(self._chain(lambda: self.client.pool.get_pool(self.config.pool_id), "pool lookup"))
+        assert self._environment is not None
         return self._environment
+
+    @property
+    def spec_sha256(self) -> bytes:
+        """The pool's on-chain `specSha256` (zero bytes: no spec), which every file of this node carries."""
+        if self._spec_sha256 is None:
+            self._adopt(self._chain(lambda: self.client.pool.get_pool(self.config.pool_id), "pool lookup"))
+        assert self._spec_sha256 is not None
+        return self._spec_sha256
+
+    def _adopt(self, pool: PoolInfo) -> None:
+        """Take the pool's environment and spec hash from its on-chain record, once they agree."""
+        self._environment = _environment_of(pool)
+        self._spec_sha256 = pool.spec_sha256
 
     @property
     def taskset(self) -> Taskset:
@@ -193,7 +207,7 @@ class WorkerNode:
         pool = self.client.pool.get_pool(pool_id)
         if pool.status is PoolStatus.CLOSED:
             raise NodeNotReady(f"pool {pool_id} is closed")
-        self._environment = _environment_of(pool.model_uri)  # it must be installed before the node joins
+        self._adopt(pool)  # its environment must be installed, and the pool consistent, before the node joins
         self._check_not_barred()
         if self.client.w3.eth.get_balance(node) == 0:
             raise NodeNotReady(f"node {node} has no ETH to pay gas for submitWork; send it some from the provider")
@@ -339,7 +353,7 @@ class WorkerNode:
         engine = self.engines.get(path, self.environment.tokens.max_prompt_tokens + a.max_tokens)
         self.console.checkpoint(a.checkpoint_version)
         started = time.monotonic()
-        meta = RolloutFileMeta(a.pool_id, self.node)
+        meta = RolloutFileMeta(a.pool_id, self.node, self.spec_sha256)
 
         def generate() -> RolloutFile:
             return generate_rollout_file(
@@ -528,12 +542,13 @@ class Submitter:
                     )
 
 
-def _environment_of(model_uri: str) -> Environment:
-    """The environment of a pool created with `model_uri`; a node without it cannot work."""
+def _environment_of(pool: PoolInfo) -> Environment:
+    """The environment of `pool` as created on-chain; a node without it cannot work (not installed
+    here, a spec this machine does not reproduce, or a spec hash its model URI does not name)."""
     try:
-        return environment_for(model_uri)
-    except ProofpoolError as exc:  # not installed here, or a spec this machine does not reproduce
-        raise NodeNotReady(str(exc)) from exc
+        return pool_environment(pool.model_uri, pool.spec_sha256)
+    except ProofpoolError as exc:
+        raise NodeNotReady(f"pool {pool.pool_id}: {exc}") from exc
 
 
 def _transient_or_lag(exc: BaseException) -> bool:

@@ -81,6 +81,8 @@ class HeartbeatContext:
     pool_status: str | None
     model_uri: str | None
     """The pool's model URI, which names its environment (and so its task set)."""
+    spec_sha256: bytes | None
+    """The pool's on-chain `specSha256` (32 zero bytes: no spec), which its model URI must name."""
     checkpoint_version: int | None
     manifest_sha256: bytes | None
     checkpoint_uri: str | None
@@ -191,7 +193,7 @@ SELECT_HEARTBEAT_CONTEXT = (
            a.address IS NOT NULL AS announced,
            m.pool_id, m.state AS membership, coalesce(m.blacklisted, false) AS blacklisted,
            p.status AS pool_status,
-           p.model_uri,
+           p.model_uri, p.spec_sha256,
            c.version AS checkpoint_version, c.manifest_sha256, c.uri AS checkpoint_uri,
            nb.model_version AS batch_version, nb.batch,
            cfg.batch_size, cfg.group_size, cfg.max_tokens, cfg.temperature

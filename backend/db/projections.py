@@ -89,11 +89,12 @@ NODE_ATTESTED = """
 # --- pools ----------------------------------------------------------------------------------
 
 POOL_CREATED = """
-    INSERT INTO pools (pool_id, creator, manager, treasury, status, model_uri, reward_per_unit, validator_fee,
-                       slash_amount, dispute_window, validator_slash_share_bps, budget, block_number, tx_hash)
-    VALUES (%(pool_id)s, %(creator)s, %(manager)s, %(treasury)s, 'created', %(model_uri)s, %(reward_per_unit)s,
-            %(validator_fee)s, %(slash_amount)s, %(dispute_window)s, %(validator_slash_share_bps)s, 0,
-            %(block)s, %(tx)s)
+    INSERT INTO pools (pool_id, creator, manager, treasury, status, model_uri, spec_sha256, reward_per_unit,
+                       validator_fee, slash_amount, dispute_window, validator_slash_share_bps, budget, block_number,
+                       tx_hash)
+    VALUES (%(pool_id)s, %(creator)s, %(manager)s, %(treasury)s, 'created', %(model_uri)s, %(spec_sha256)s,
+            %(reward_per_unit)s, %(validator_fee)s, %(slash_amount)s, %(dispute_window)s,
+            %(validator_slash_share_bps)s, 0, %(block)s, %(tx)s)
     ON CONFLICT (pool_id) DO NOTHING"""
 
 POOL_FUNDED = """

@@ -123,6 +123,7 @@ def pool_created(cur: Cursor, e: IndexedEvent) -> None:
             "manager": a["manager"],
             "treasury": a["treasury"],
             "model_uri": a["modelUri"],
+            "spec_sha256": hex_bytes(a["specSha256"]),
             "reward_per_unit": a["rewardPerUnit"],
             "validator_fee": a["validatorFee"],
             "slash_amount": a["slashAmount"],

@@ -27,7 +27,7 @@ from redis.asyncio import Redis
 
 from proofpool.core.assignment import Assignment, Checkpoint, assign
 from proofpool.core.errors import ProofpoolError
-from proofpool.envs import environment_for, pool_assignment
+from proofpool.envs import pool_assignment, pool_environment
 
 log = logging.getLogger(__name__)
 
@@ -137,11 +137,12 @@ async def heartbeat(
         manifest_sha256=None if ctx.manifest_sha256 is None else bytes(ctx.manifest_sha256),
         uri=ctx.checkpoint_uri,
     )
+    spec_sha256 = bytes(ctx.spec_sha256 or b"")  # NOT NULL for an indexed pool; empty would be refused
     try:
         # In a thread: a spec pool's first lookup fetches its spec and base model.
-        environment = await asyncio.to_thread(environment_for, ctx.model_uri or "")
-    except ProofpoolError as exc:  # no such environment installed, a spec refused or unreachable
-        # The operator's gap, not the node's: the node keeps its membership and asks again.
+        environment = await asyncio.to_thread(pool_environment, ctx.model_uri or "", spec_sha256)
+    except ProofpoolError as exc:  # no such environment installed, a spec refused or unreachable, or
+        # the pool's spec hash and model URI disagree. Not the node's fault: it keeps its membership.
         raise ApiError(503, "environment_unavailable", f"pool {ctx.pool_id}: {exc}") from exc
     config = pool_assignment(environment, ctx.batch_size, ctx.group_size, ctx.max_tokens, ctx.temperature)
     assignment = assign(environment.taskset, ctx.pool_id, node, checkpoint, batch, config)

@@ -9,7 +9,8 @@ tokenizer and task that implements this protocol.
 
 Everything here must be deterministic: two machines given the same seed draw the same problem
 ids, and the same problem id and completion tokens always score the same reward, since a
-validator slashes a worker whose numbers differ from its own.
+validator slashes a worker whose numbers differ from its own (unless the task environment
+declares `reproducible_scores = False`: see `TaskEnvironment`).
 """
 
 from __future__ import annotations
@@ -68,7 +69,16 @@ class Taskset(Protocol):
     """Problems named by ids that encode them, so anyone can rebuild and score one from its id."""
 
     def draw(self, seed: int, count: int) -> list[str]:
-        """`count` problem ids drawn by a generator seeded with `seed` (same seed, same ids)."""
+        """`count` problem ids drawn by a generator seeded with `seed` (same seed, same ids).
+        Never one of the held-out slice (`held_out`)."""
+        ...
+
+    def held_out(self, count: int) -> list[str]:
+        """The first `count` problem ids of the held-out slice (all of it when it holds fewer; an
+        empty list when the task set holds none out): problems of the task set's own distribution
+        that `draw` never returns, so no worker is ever assigned one. The trainer measures its
+        checkpoints on them. Fixed for the task set, the same on every machine, and a prefix of the
+        slice: a smaller `count` gives the first ids of a larger one."""
         ...
 
     def prompt_tokens(self, problem_id: str) -> tuple[int, ...]:
@@ -160,6 +170,14 @@ class TaskEnvironment(Protocol):
     point group `proofpool.environments`, named by the environment id. The same config must build
     the same problems on every machine: problems are pure functions of (config, index), any
     randomness comes from seeds in the config, and scoring depends only on (index, completion).
+
+    An environment whose scores depend on the machine as well (the `code` environment runs
+    programs under CPU and wall-clock limits) declares the optional class attribute
+    `reproducible_scores = False` (absent means True; read it with `getattr`). Validators then do
+    not compare a row's claimed reward with their own, so no one is slashed over a score that
+    another machine could have judged otherwise: their own judgement of every row (reward and
+    status) is recorded beside the accepted file, and the trainer trains on it, leaving out the
+    rows judged `inconclusive` (docs/validator-checks.md).
     """
 
     id: str

@@ -211,7 +211,7 @@ NODES = Listing(
 POOLS = Listing(
     name="pools",
     item="pool",
-    doc="Pools with their terms (rewards, fees, slash amount, dispute window) and budget, by id.",
+    doc="Pools with their terms (model, spec hash, rewards, fees, slash amount, dispute window) and budget, by id.",
     columns=(
         Column("pool_id", Kind.INT, "Pool id."),
         Column("creator", Kind.ADDRESS, "Account that created and funds the pool."),
@@ -219,6 +219,12 @@ POOLS = Listing(
         Column("treasury", Kind.ADDRESS, "Receives the treasury share of slashed stake."),
         Column("status", Kind.ENUM, "created, active or closed.", values=("created", "active", "closed")),
         Column("model_uri", Kind.TEXT, "Model and task set the pool trains."),
+        Column(
+            "spec_sha256",
+            Kind.HASH,
+            "sha256 of the pool spec it committed to at creation (0x-hex; 32 zero bytes: no spec); a spec "
+            "pool's model_uri is spec://<the same hash>.",
+        ),
         Column("reward_per_unit", Kind.AMOUNT, "Paid per finalized work unit (base units)."),
         Column("validator_fee", Kind.AMOUNT, "Paid to the attesting validator per finalized submission (base units)."),
         Column("slash_amount", Kind.AMOUNT, "Stake slashed per invalid submission (base units)."),
@@ -233,6 +239,7 @@ POOLS = Listing(
         "pool_id",
         "status",
         "manager",
+        "spec_sha256",
         "reward_per_unit",
         "validator_fee",
         "slash_amount",

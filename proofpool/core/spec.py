@@ -8,7 +8,8 @@ is what the pool commits to:
 - `environment`: the task environment's id, version, config, the versions of the packages that
   make its problems and scores, and a digest of its problem data (`TaskEnvironment.describe`);
 - `indices`: the problems the pool draws from (all of them, or the difficulty filter's list, by
-  its count and sha256; the list itself is stored beside the spec);
+  its count and sha256; the list itself is stored beside the spec), and how many of them are held
+  out of every draw for the trainer's evaluation (`held_out`, absent when none);
 - `model`: the base model's architecture and vocabulary, and where its files are (checkpoint
   version 0: a manifest hash to verify them by);
 - `prompt`: chat-template variables (pinned, so a date-stamping template cannot differ between
@@ -79,6 +80,11 @@ class IndexSpec:
     sha256: str | None = None
     band: tuple[float, float] | None = None
     """The difficulty filter's pass-rate band that produced the list, for people (not checked)."""
+    held_out: int = 0
+    """Problems of the list no draw returns, chosen by sha256 of their ids
+    (`proofpool.envs.tokenized.held_out_slice`): the trainer's held-out evaluation. Changes every
+    draw, so it is pinned here. Left out of the JSON when 0, so specs written before the field
+    existed keep their hash."""
 
 
 @dataclass(frozen=True)
@@ -137,6 +143,8 @@ class PoolSpec:
         value["environment"]["packages"] = dict(self.environment.packages)
         value["prompt"]["template_kwargs"] = dict(self.prompt.template_kwargs)
         value["indices"]["band"] = list(self.indices.band) if self.indices.band else None
+        if not self.indices.held_out:
+            del value["indices"]["held_out"]  # one canonical form: absent, never 0
         value["generation"]["stop_ids"] = list(self.generation.stop_ids)
         value["golden"] = [asdict(g) for g in self.golden]
         return value
@@ -176,6 +184,7 @@ def parse_spec(data: bytes | str | Mapping[str, Any]) -> PoolSpec:
             count=idx.int("count", 1, 100_000_000),
             sha256=idx.hex64("sha256") if idx.optional("sha256", str) is not None else None,
             band=_band(band) if band is not None else None,
+            held_out=idx.int("held_out", 0, 100_000_000) if idx.optional("held_out", int) is not None else 0,
         ),
         model=ModelSpec(
             architecture=model.str("architecture"),

@@ -7,6 +7,11 @@ task environment on a Hugging Face model as its pool spec says; the spec, its in
 base model come from the object store, checked against that hash (`proofpool.envs.published`).
 No product module imports an environment package; every role resolves the pool's URI here, so a
 pool that brings its own model and task set needs a package installed, not a change to proofpool.
+
+A pool commits to its spec twice on-chain: in its model URI and in its `specSha256`. Every role
+(worker, validator, backend) reaches a pool's environment through `pool_environment`, which
+refuses the pool unless the two agree (`check_spec_commitment`): nobody works for it or judges
+its files, so nobody is slashed over it.
 """
 
 from __future__ import annotations
@@ -22,6 +27,10 @@ from proofpool.core.environment import Environment, Progress
 from proofpool.core.errors import ProofpoolError
 
 ENTRY_POINT_GROUP: Final = "proofpool.environments"
+SPEC_SCHEME: Final = "spec"
+"""The scheme of a pool that runs a pool spec: `spec://<sha256 of the spec>` (`proofpool.envs.published`)."""
+NO_SPEC: Final = bytes(32)
+"""The on-chain `specSha256` of a pool without a spec (any scheme but `spec://`)."""
 
 
 class UnknownEnvironment(ProofpoolError):
@@ -49,7 +58,7 @@ def installed() -> dict[str, str]:
 def environment_for(model_uri: str) -> Environment:
     """The environment of a pool created with `model_uri` (loaded once per URI and process)."""
     wanted = scheme(model_uri)
-    if wanted == "spec":
+    if wanted == SPEC_SCHEME:
         return _spec_pool(model_uri)
     found = [ep for ep in entry_points(group=ENTRY_POINT_GROUP) if ep.name == wanted]
     if not found:
@@ -62,6 +71,50 @@ def environment_for(model_uri: str) -> Environment:
     if not isinstance(environment, Environment):
         raise UnknownEnvironment(f"{found[0].value} is not a proofpool environment (see proofpool.core.environment)")
     return environment
+
+
+def spec_commitment(model_uri: str) -> bytes:
+    """The `specSha256` a pool created with `model_uri` must commit to on-chain: the hash a
+    `spec://` URI names (`SpecError` for a malformed one), `NO_SPEC` for any other scheme."""
+    if not model_uri.strip().lower().startswith(f"{SPEC_SCHEME}://"):
+        return NO_SPEC
+    from proofpool.envs.published import spec_hash_of
+
+    return bytes.fromhex(spec_hash_of(model_uri))
+
+
+def check_spec_commitment(model_uri: str, spec_sha256: bytes) -> None:
+    """Refuse a pool whose on-chain `specSha256` and model URI disagree (`SpecMismatch`).
+
+    A `spec://X` pool must have committed to `specSha256` X, and a pool with a nonzero `specSha256`
+    must be a `spec://` pool naming it (`spec_commitment`). Either way round, the two commitments
+    cannot both be what the creator meant, so no role works for the pool or judges its files."""
+    from proofpool.envs.spec import SpecMismatch
+
+    expected = spec_commitment(model_uri)
+    if spec_sha256 == expected:
+        return
+    on_chain = "no spec (specSha256 is zero)" if spec_sha256 == NO_SPEC else f"specSha256 0x{spec_sha256.hex()}"
+    named = f"names spec {expected.hex()}" if expected != NO_SPEC else "names no spec"
+    raise SpecMismatch(
+        f"the pool's model URI {model_uri!r} {named} but the pool committed on-chain to {on_chain}: "
+        "refused, nobody works for or judges this pool"
+    )
+
+
+def pool_environment(model_uri: str, spec_sha256: bytes) -> Environment:
+    """The environment of a pool created on-chain with `model_uri` and `spec_sha256`, once the two
+    agree (`check_spec_commitment`): what every role runs for a pool."""
+    check_spec_commitment(model_uri, spec_sha256)
+    return environment_for(model_uri)
+
+
+def environment_spec_sha256(environment: Environment) -> bytes:
+    """The spec hash the rollout files of a pool running `environment` carry: the hash of the spec a
+    `spec://` pool's environment was built from (`proofpool.envs.published.SpecPoolEnvironment`),
+    `NO_SPEC` for any other environment."""
+    sha256 = getattr(environment, "spec_sha256", None)
+    return sha256 if isinstance(sha256, bytes) and len(sha256) == len(NO_SPEC) else NO_SPEC
 
 
 def _spec_pool(model_uri: str) -> Environment:
@@ -101,12 +154,21 @@ def pool_assignment(
     return default.with_overrides(batch_size, group_size, max_tokens, temperature)
 
 
-def resolve_base_model(model_uri: str, override: Path | None = None, progress: Progress | None = None) -> Path:
+def resolve_base_model(
+    model_uri: str,
+    override: Path | None = None,
+    progress: Progress | None = None,
+    *,
+    spec_sha256: bytes | None = None,
+) -> Path:
     """The local directory of the base model (checkpoint version 0) of a pool created with `model_uri`.
 
-    `override` (a role's `--base-model`) wins: a directory that holds a Hugging Face model. Else the
-    pool's environment builds or finds it.
+    With the pool's on-chain `spec_sha256`, a pool whose two spec commitments disagree is refused
+    first (`check_spec_commitment`). `override` (a role's `--base-model`) wins: a directory that
+    holds a Hugging Face model. Else the pool's environment builds or finds it.
     """
+    if spec_sha256 is not None:
+        check_spec_commitment(model_uri, spec_sha256)
     if override is not None:
         if not (Path(override) / "config.json").is_file():
             raise UnknownBaseModel(f"{override} holds no model (config.json missing)")

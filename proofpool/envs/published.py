@@ -1,8 +1,10 @@
 """Pool specs in the object store, named by their hash: `spec://<sha256>` pools.
 
-A pool created with the model URI `spec://<sha256>` commits on-chain (its `PoolCreated` event and
-its state) to the sha256 of a pool spec (`proofpool.core.spec`). The spec itself, the pool's index
-list and the base model are content-addressed objects in the market's object store:
+A pool created with the model URI `spec://<sha256>` and the `specSha256` <sha256> commits on-chain
+(its `PoolCreated` event, where `specSha256` is an indexed topic, and its state) to the sha256 of a
+pool spec (`proofpool.core.spec`); every role refuses a pool whose two commitments disagree
+(`proofpool.envs.check_spec_commitment`). The spec itself, the pool's index list and the base model
+are content-addressed objects in the market's object store:
 
 - `specs/<sha256>.json`: the spec's canonical JSON (its sha256 is its name);
 - `specs/<sha256>.indices.json`: the index list, when the spec names one (`indices.sha256`);
@@ -21,12 +23,13 @@ import json
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Final
 
 from proofpool.core.environment import Progress
 from proofpool.core.spec import PoolSpec, SpecError, canonical_json, ids_sha256, parse_spec, sha256_hex
+from proofpool.envs import NO_SPEC, SPEC_SCHEME
 from proofpool.envs.spec import spec_environment
 from proofpool.envs.tokenized import ModelEnvironment
 from proofpool.infra.checkpoint.fetch import ensure_checkpoint
@@ -34,11 +37,18 @@ from proofpool.infra.checkpoint.shards import write_checkpoint
 from proofpool.infra.checkpoint.store import upload_checkpoint
 from proofpool.infra.storage import ObjectStore
 
-SPEC_SCHEME: Final = "spec"
 MAX_SPEC_BYTES: Final = 4 * 2**20
 """A spec is a few KiB; golden completions and long templates stay far below this."""
 MAX_INDEX_BYTES: Final = 256 * 2**20
 _URI = re.compile(r"^spec://([0-9a-f]{64})$")
+
+
+@dataclass(frozen=True)
+class SpecPoolEnvironment(ModelEnvironment):
+    """The environment of a `spec://` pool: a `ModelEnvironment` that knows the spec it was built from."""
+
+    spec_sha256: bytes = NO_SPEC
+    """sha256 of the spec, which is the pool's on-chain `specSha256` and what its rollout files carry."""
 
 
 def spec_uri(sha256: str) -> str:
@@ -106,9 +116,9 @@ def spec_pool_environment(
     cache_dir: Path,
     progress: Progress | None = None,
     max_bytes: int | None = None,
-) -> ModelEnvironment:
+) -> SpecPoolEnvironment:
     """The `Environment` of a `spec://<sha256>` pool on this machine: the spec and base model
-    fetched and verified, then every check of `spec_environment`."""
+    fetched and verified, then every check of `spec_environment`; it carries the spec's hash."""
     say = progress or (lambda _message: None)
     spec, indices = fetch_spec(store, sha256)
     if spec.model.uri is None or spec.model.manifest_sha256 is None:
@@ -121,4 +131,6 @@ def spec_pool_environment(
         Path(cache_dir).expanduser(),
         max_bytes=max_bytes,
     )
-    return spec_environment(spec, model_dir, indices)
+    built = spec_environment(spec, model_dir, indices)
+    values = {field.name: getattr(built, field.name) for field in fields(built)}
+    return SpecPoolEnvironment(**{**values, "spec_sha256": bytes.fromhex(sha256)})

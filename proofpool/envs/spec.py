@@ -32,7 +32,13 @@ from proofpool.core.spec import (
     parse_spec,
 )
 from proofpool.envs.tasks import load_task_environment
-from proofpool.envs.tokenized import ModelEnvironment, PromptSettings, default_stop_ids, model_environment
+from proofpool.envs.tokenized import (
+    ModelEnvironment,
+    PromptSettings,
+    default_held_out,
+    default_stop_ids,
+    model_environment,
+)
 from proofpool.inference.model import check_architecture, model_config
 
 
@@ -54,27 +60,36 @@ def build_spec(
     prompt: PromptSpec | None = None,
     indices: Sequence[int] | None = None,
     band: tuple[float, float] | None = None,
+    held_out: int | None = None,
     golden: int = 3,
     model_uri: str | None = None,
     manifest_sha256: str | None = None,
 ) -> PoolSpec:
     """The spec of a pool running `env_id` with `config` on the model in `model_dir`, with
-    `golden` golden vectors (the first problems of the index list); validated by a round trip."""
+    `golden` golden vectors (the first problems of the index list) and `held_out` problems kept out
+    of every draw for the trainer's evaluation (None: `default_held_out` of the pool's distinct
+    problems); validated by a round trip."""
     environment = load_task_environment(env_id, config)
     described = environment.describe()
     prompt = prompt or PromptSpec()
     from transformers import AutoTokenizer
 
     stops = tuple(sorted(stop_ids or default_stop_ids(model_dir, AutoTokenizer.from_pretrained(str(model_dir)))))
-    pool = model_environment(
-        environment,
-        model_dir,
-        max_prompt_tokens=max_prompt_tokens,
-        max_completion_tokens=max_tokens,
-        stop_ids=frozenset(stops),
-        prompt=PromptSettings(prompt.template_kwargs, prompt.chat_template),
-        indices=indices,
-    )
+    if held_out is None:
+        held_out = default_held_out(len(set(indices)) if indices is not None else len(environment))
+    try:
+        pool = model_environment(
+            environment,
+            model_dir,
+            max_prompt_tokens=max_prompt_tokens,
+            max_completion_tokens=max_tokens,
+            stop_ids=frozenset(stops),
+            prompt=PromptSettings(prompt.template_kwargs, prompt.chat_template),
+            indices=indices,
+            held_out=held_out,
+        )
+    except ValueError as exc:  # e.g. a held-out slice that leaves too little to train on
+        raise SpecError(str(exc)) from exc
     vectors = [_golden_vector(pool, index) for index in pool.taskset.indices[:golden]]
     spec = PoolSpec(
         environment=EnvironmentSpec(
@@ -85,7 +100,10 @@ def build_spec(
             data_sha256=str(described["data_sha256"]),
         ),
         indices=IndexSpec(
-            count=len(pool.taskset.indices), sha256=None if indices is None else ids_sha256(indices), band=band
+            count=len(pool.taskset.indices),
+            sha256=None if indices is None else ids_sha256(indices),
+            band=band,
+            held_out=held_out,
         ),
         model=ModelSpec(
             architecture=check_architecture(model_dir),
@@ -145,15 +163,19 @@ def spec_environment(spec: PoolSpec, model_dir: Path, indices: Sequence[int] | N
     if problems:
         raise SpecMismatch("this machine differs from the pool spec: " + "; ".join(problems))
     g = spec.generation
-    pool = model_environment(
-        environment,
-        model_dir,
-        max_prompt_tokens=g.max_prompt_tokens,
-        max_completion_tokens=g.max_tokens,
-        stop_ids=frozenset(g.stop_ids),
-        prompt=PromptSettings(spec.prompt.template_kwargs, spec.prompt.chat_template),
-        indices=indices,
-    )
+    try:
+        pool = model_environment(
+            environment,
+            model_dir,
+            max_prompt_tokens=g.max_prompt_tokens,
+            max_completion_tokens=g.max_tokens,
+            stop_ids=frozenset(g.stop_ids),
+            prompt=PromptSettings(spec.prompt.template_kwargs, spec.prompt.chat_template),
+            indices=indices,
+            held_out=spec.indices.held_out,
+        )
+    except ValueError as exc:  # e.g. a held-out slice that leaves too little to train on
+        raise SpecError(f"the spec cannot be served: {exc}") from exc
     check_golden(spec, pool)
     return replace(pool, assignment=AssignmentConfig(g.batch_size, g.group_size, g.max_tokens, g.temperature))
 

@@ -72,6 +72,7 @@ class World:
             "manager": self.manager.address,
             "treasury": self.treasury.address,
             "modelUri": MODEL_URI,
+            "specSha256": bytes(32),
             "rewardPerUnit": REWARD_PER_UNIT,
             "validatorFee": VALIDATOR_FEE,
             "slashAmount": SLASH_AMOUNT,

@@ -3,6 +3,7 @@ settlement after the dispute window, reward withdrawal and checkpoints."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import pytest
@@ -48,6 +49,9 @@ from tests.contracts.helpers import (
 )
 
 FAR = 10**10  # an expiry far in the future
+POOL_CREATED_TOPIC = Web3.keccak(
+    text="PoolCreated(uint256,address,address,address,string,bytes32,uint256,uint256,uint256,uint64,uint16)"
+)
 SLASH_TO_VALIDATOR = SLASH_AMOUNT * SLASH_SHARE_BPS // 10_000
 SLASH_TO_TREASURY = SLASH_AMOUNT - SLASH_TO_VALIDATOR
 
@@ -88,7 +92,7 @@ def pool_info(world: World, pool_id: int = POOL_ID) -> tuple:
 
 
 def budget(world: World, pool_id: int = POOL_ID) -> int:
-    return pool_info(world, pool_id)[10]
+    return pool_info(world, pool_id)[11]
 
 
 def rewards(world: World, who: Actor) -> int:
@@ -134,6 +138,7 @@ class TestCreatePool:
             "manager": world.manager.address,
             "treasury": world.treasury.address,
             "modelUri": "s3://tasks/v2",
+            "specSha256": bytes(32),
             "rewardPerUnit": REWARD_PER_UNIT,
             "validatorFee": VALIDATOR_FEE,
             "slashAmount": SLASH_AMOUNT,
@@ -146,6 +151,7 @@ class TestCreatePool:
             world.treasury.address,
             POOL_CREATED,
             "s3://tasks/v2",
+            bytes(32),
             REWARD_PER_UNIT,
             VALIDATOR_FEE,
             SLASH_AMOUNT,
@@ -154,9 +160,48 @@ class TestCreatePool:
             0,
         )
 
+    def test_spec_hash_is_stored_and_emitted_as_given(self, world: World) -> None:
+        spec = hashlib.sha256(b"a pool spec").digest()
+        params = world.pool_params(modelUri=f"spec://{spec.hex()}", specSha256=spec)
+        receipt = world.creator.send(world.c.pool.functions.createPool(params))
+        created = world.c.event(receipt, "PoolCreated")
+        assert (created["poolId"], created["modelUri"], created["specSha256"]) == (2, f"spec://{spec.hex()}", spec)
+        assert pool_info(world, 2)[4:6] == (f"spec://{spec.hex()}", spec)
+        assert pool_info(world, POOL_ID)[5] == bytes(32)  # the other pool keeps its own (none)
+
+    def test_the_contract_does_not_parse_the_model_uri(self, world: World) -> None:
+        """Any specSha256 goes with any URI on-chain: the roles refuse a pool whose two disagree."""
+        spec = b"\x42" * 32
+        world.creator.send(world.c.pool.functions.createPool(world.pool_params(specSha256=spec)))
+        assert pool_info(world, 2)[4:6] == (MODEL_URI, spec)
+
+    def test_pool_created_topics_are_pool_id_manager_and_spec_hash(self, world: World) -> None:
+        spec = hashlib.sha256(b"another spec").digest()
+        receipt = world.outsider.send(world.c.pool.functions.createPool(world.pool_params(specSha256=spec)))
+        [log] = [entry for entry in receipt["logs"] if entry["topics"][0] == POOL_CREATED_TOPIC]
+        assert [bytes(topic) for topic in log["topics"][1:]] == [
+            (2).to_bytes(32, "big"),
+            bytes(12) + bytes.fromhex(world.manager.address[2:]),
+            spec,
+        ]
+
+    def test_logs_filtered_by_spec_hash_find_exactly_its_pools(self, world: World) -> None:
+        spec, other = hashlib.sha256(b"spec a").digest(), hashlib.sha256(b"spec b").digest()
+        for chosen in (spec, other, spec):
+            world.creator.send(world.c.pool.functions.createPool(world.pool_params(specSha256=chosen)))
+        logs = world.c.w3.eth.get_logs(
+            {
+                "address": world.c.book.compute_pool,
+                "fromBlock": 0,
+                "toBlock": "latest",
+                "topics": [Web3.to_hex(POOL_CREATED_TOPIC), None, None, Web3.to_hex(spec)],
+            }
+        )
+        assert [int.from_bytes(bytes(log["topics"][1]), "big") for log in logs] == [2, 4]
+
     def test_world_pool_is_active_and_funded(self, world: World) -> None:
         info = pool_info(world)
-        assert (info[0], info[3], info[4], info[10]) == (world.creator.address, POOL_ACTIVE, MODEL_URI, BUDGET)
+        assert (info[0], info[3], info[4], info[11]) == (world.creator.address, POOL_ACTIVE, MODEL_URI, BUDGET)
 
     @pytest.mark.parametrize("field", ["manager", "treasury"])
     def test_zero_manager_or_treasury_refused(self, world: World, field: str) -> None:

@@ -467,3 +467,43 @@ def test_an_output_flood_is_capped(tight: CodeEnvironment, sandbox: Sandbox) -> 
     result = sandbox.run("import sys\nfor _ in range(10_000):\n    sys.stdout.write('x' * 10_000)\n")
     assert result.truncated and len(result.stdout) < 80_000
     assert tight.score(0, hostile("print('y' * 50_000_000)")).reward == 0.0
+
+
+# --- Whose reward counts ---------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)
+def test_runs_cut_off_by_a_limit_reach_the_trainer_as_their_status_says() -> None:
+    """The code environment does not score reproducibly, so validators' judgements replace the
+    file's rewards (`proofpool.trainer.data.apply_judgements`): a sleeper cut off by the wall clock
+    is `inconclusive` (another machine could decide otherwise) and is not trained on, a CPU burner
+    that hits its limit is a `timeout` earned (reward 0), unless the machine was too loaded to tell."""
+    from proofpool.trainer.data import apply_judgements
+
+    from proofpool.core.rollout import RolloutSample
+    from proofpool.infra.storage import JudgedRow
+
+    quick = make({"sources": ["humaneval"], "cpu_seconds": 1, "wall_seconds": 2})
+    assert quick.reproducible_scores is False
+    completions = [
+        fenced(load_tasks()[0].canonical_solution),
+        hostile("import time\ntime.sleep(60)"),
+        hostile("while True:\n    pass"),
+        fenced("    return False\n"),
+    ]
+    scores = [quick.score(0, completion) for completion in completions]
+    assert [s.status for s in scores] in (
+        ["correct", "inconclusive", "timeout", "incorrect"],
+        ["correct", "inconclusive", "inconclusive", "incorrect"],  # a loaded machine
+    ), scores
+    claimed = [
+        RolloutSample("0", 0, (1,), (10 + i,), 1.0, 0.0, 1, 1.0, 0, b"") for i in range(len(completions))
+    ]  # every row claims the full reward
+    judged = [JudgedRow("0", 0, s.reward, s.status) for s in scores]
+    trained = apply_judgements(claimed, judged)
+    kept = [i for i, s in enumerate(scores) if s.status != "inconclusive"]
+    assert 1 not in kept
+    assert [r.completion_tokens for r in trained] == [claimed[i].completion_tokens for i in kept]
+    assert [r.reward for r in trained] == [scores[i].reward for i in kept] == [1.0, *[0.0] * (len(kept) - 1)]
+    mean = 1.0 / len(kept)
+    assert [r.advantage for r in trained] == pytest.approx([1.0 - mean, *[-mean] * (len(kept) - 1)])

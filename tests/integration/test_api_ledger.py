@@ -14,6 +14,7 @@ from proofpool.backend.api.ledger import csv_cell
 from proofpool.backend.db.ledger import SUBMISSIONS, encode_cursor
 
 from proofpool.infra.config import Settings
+from tests.fixtures.ledger import SPEC_POOL, SPEC_SHA256
 
 LISTINGS = ("providers", "nodes", "pools", "submissions", "verdicts", "slashes", "rewards", "validators", "checkpoints")
 
@@ -49,6 +50,17 @@ def test_a_full_last_page_ends_the_walk_without_an_empty_page(ledger_api, ledger
     _, data = ledger_db
     body = ledger_api.get("/v1/ledger/pools", params={"limit": len(data.pools)}).json()
     assert body == {"items": data.pools, "next_cursor": None}
+
+
+def test_pools_show_the_spec_hash_each_committed_to(ledger_api, ledger_db):
+    served = {p["pool_id"]: (p["model_uri"], p["spec_sha256"]) for p in walk(ledger_api, "pools", {}, limit=10)}
+    assert served == {
+        1: ("devnet://tiny/1", "0x" + "00" * 32),
+        SPEC_POOL: (f"spec://{SPEC_SHA256}", "0x" + SPEC_SHA256),
+        3: ("devnet://tiny/3", "0x" + "00" * 32),
+    }
+    schema = ledger_api.get("/openapi.json").json()["components"]["schemas"]["PoolRow"]
+    assert "spec_sha256" in schema["required"] and "pool spec" in schema["properties"]["spec_sha256"]["description"]
 
 
 def _matches(row: dict[str, Any], filters: dict[str, Any]) -> bool:
@@ -292,8 +304,9 @@ def test_ledger_serves_what_the_indexer_read_from_the_chain(chain_ledger, loop_w
     )
     validators = {v["address"]: v["active"] for v in walk(chain_ledger, "validators", {}, limit=100)}
     assert validators[cast.validator.address] is True and validators[loop_world.stranger] is False
-    pools = {p["pool_id"]: p["status"] for p in walk(chain_ledger, "pools", {}, limit=100)}
-    assert pools == {loop.pool_id: "closed", loop_world.second_pool: "created"}
+    pools = {p["pool_id"]: (p["status"], p["spec_sha256"]) for p in walk(chain_ledger, "pools", {}, limit=100)}
+    no_spec = "0x" + "00" * 32  # the devnet's pools run no pool spec
+    assert pools == {loop.pool_id: ("closed", no_spec), loop_world.second_pool: ("created", no_spec)}
 
 
 def test_every_ledger_row_names_a_transaction_of_its_block(chain_ledger, loop_world):

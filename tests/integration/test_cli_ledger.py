@@ -16,6 +16,7 @@ from proofpool.cli.main import app
 from typer.testing import CliRunner
 
 from proofpool.core.errors import ServiceUnavailable
+from tests.fixtures.ledger import SPEC_POOL
 
 
 @pytest.fixture
@@ -78,6 +79,8 @@ def test_table_shows_amounts_in_tokens_and_short_hashes(ledger_cli, ledger_db):
     pool = data.pools[0]
     assert f"{pool['manager'][:8]}…{pool['manager'][-4:]}" in out and pool["manager"] not in out
     assert " 50 " in out and format_tokens(int(pool["budget"])) in out
+    spec = next(p["spec_sha256"] for p in data.pools if p["pool_id"] == SPEC_POOL)
+    assert f"{spec[:8]}…{spec[-4:]}" in out  # the spec pool's hash, shortened like every hash
     invalid = next(r for r in data.submissions if r["status"] == "invalid")
     detail = ledger_cli("submission", str(invalid["pool_id"]), invalid["work_key"])
     assert "submissions (1 rows)" in detail and "sampling_mismatch" in detail and "slashes (1 rows)" in detail

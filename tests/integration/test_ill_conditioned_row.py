@@ -2,18 +2,23 @@
 ill-conditioned position of a trained checkpoint, a token that transformers ranks 0.87 behind the
 best in bf16 and 2.28 behind in float32 (vLLM reproduces it deterministically, in any batch).
 `tests/data/ill_conditioned/` holds that checkpoint (version 7 of a devnet run) and the worker's
-64-row file. The float32 recheck widens the tolerance by the row's measured precision
-sensitivity (`proofpool.inference.check.recheck_in_fp32`) and accepts it; an edited token at a
+64-row file, as written then (rollout schema version 1: `read_v1_rollouts`). The float32 recheck
+widens the tolerance by the row's measured precision sensitivity
+(`proofpool.inference.check.recheck_in_fp32`) and accepts it; an edited token at a
 well-conditioned position is still rejected."""
 
 from __future__ import annotations
 
 import dataclasses
+import io
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
-from proofpool.core.rollout import read_rollouts
+from proofpool.core.rollout import SCHEMA_VERSION, RolloutFileError, RolloutSample, read_rollouts
+from proofpool.core.rollout.schema import META_SCHEMA_VERSION, META_SPEC_SHA256
 from proofpool.inference.check import check_recomputed, check_samples, precision_sensitivity
 from proofpool.inference.model import load_model
 from proofpool.inference.prefill import prefill_batch
@@ -24,9 +29,25 @@ DATA = Path(__file__).resolve().parents[1] / "data" / "ill_conditioned"
 ROW, STOP, MAX_TOKENS = 13, {2}, 8
 
 
+def read_v1_rollouts(data: bytes) -> list[RolloutSample]:
+    """The rows of a rollout file of schema version 1, which the reader refuses: the devnet pool that
+    wrote it ran no pool spec, so it is read as the version 2 file the worker writes now, the same
+    rows (untouched Arrow columns) with the version bumped and the spec hash of a pool without spec."""
+    table = pq.read_table(pa.BufferReader(data))
+    metadata = table.schema.metadata
+    assert metadata[META_SCHEMA_VERSION] == b"1" and META_SPEC_SHA256 not in metadata
+    upgraded = {**metadata, META_SCHEMA_VERSION: str(SCHEMA_VERSION).encode(), META_SPEC_SHA256: b"0" * 64}
+    buffer = io.BytesIO()
+    pq.write_table(table.replace_schema_metadata(upgraded), buffer)
+    return read_rollouts(buffer.getvalue())[1]
+
+
 @pytest.fixture(scope="module")
 def rows() -> list:
-    return read_rollouts((DATA / "rollout.parquet").read_bytes())[1]
+    data = (DATA / "rollout.parquet").read_bytes()
+    with pytest.raises(RolloutFileError, match="version 1 files predate the pool spec hash"):
+        read_rollouts(data)
+    return read_v1_rollouts(data)
 
 
 def test_the_honest_row_fails_in_bf16_alone_and_passes_the_recheck(rows: list) -> None:

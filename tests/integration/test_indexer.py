@@ -4,6 +4,7 @@ rebuild from raw events, one outbox row per submission, and the CLI."""
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 
@@ -14,6 +15,8 @@ from proofpool.backend.indexer.rebuild import rebuild_projections
 from typer.testing import CliRunner
 
 from proofpool.infra import db
+from proofpool.infra.chain.bindings import PoolParams
+from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.events import EventDecoder
 from proofpool.infra.config import REPO_ROOT, get_settings
 from proofpool.infra.served import ServedPools
@@ -197,3 +200,37 @@ def test_only_served_pools_get_validation_tasks(loop_world, clean_database, serv
     submitted = sorted(submitted_keys(clean_database))
     assert len(submitted) == 2 and loop_world.loop.pool_id == 1
     assert sorted(outbox_keys(clean_database)) == (submitted if dispatched else [])
+
+
+def test_a_pool_spec_hash_is_projected_as_the_chain_stored_it(loop_world, clean_database):
+    """PoolCreated's specSha256 (an indexed topic) lands in `pools.spec_sha256`; pools without a spec
+    hold 32 zero bytes."""
+    spec = hashlib.sha256(b"an indexed pool spec").digest()
+    params = PoolParams(
+        manager=loop_world.cast.manager.address,
+        treasury=loop_world.cast.treasury.address,
+        model_uri=f"spec://{spec.hex()}",
+        reward_per_unit=1,
+        validator_fee=1,
+        slash_amount=1,
+        dispute_window=60,
+        validator_slash_share_bps=0,
+        spec_sha256=spec,
+    )
+    admin = ChainClient.build(loop_world.w3, loop_world.book, loop_world.cast.admin)
+    spec_pool, _ = admin.pool.create_pool(params)
+    make_indexer(loop_world.w3, loop_world.book, clean_database, batch_blocks=50).run(once=True)
+
+    rows = query(clean_database, "SELECT pool_id, model_uri, spec_sha256 FROM pools ORDER BY pool_id")
+    chain = loop_world.client.pool
+    assert [(p, uri, bytes(sha)) for p, uri, sha in rows] == [
+        (p, chain.get_pool(p).model_uri, chain.get_pool(p).spec_sha256) for p in range(1, chain.pool_count() + 1)
+    ]
+    assert (rows[-1][0], bytes(rows[-1][2])) == (spec_pool, spec)
+    assert {bytes(sha) for p, _, sha in rows if p != spec_pool} == {bytes(32)}
+    [(event,)] = query(
+        clean_database,
+        "SELECT args FROM chain_events WHERE name = 'PoolCreated' AND args->>'poolId' = %s",
+        (str(spec_pool),),
+    )
+    assert event["specSha256"] == "0x" + spec.hex()

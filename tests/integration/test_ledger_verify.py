@@ -5,6 +5,7 @@ scratch database never outlives a run."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -18,7 +19,7 @@ from proofpool.cli.main import app
 from typer.testing import CliRunner
 
 from proofpool.infra import db
-from proofpool.infra.chain.bindings import PoolParams
+from proofpool.infra.chain.bindings import NO_SPEC, PoolParams
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.deploy import write_address_book
 from proofpool.infra.config import REPO_ROOT
@@ -69,10 +70,10 @@ def test_an_indexed_ledger_matches_even_while_the_indexer_is_behind(loop_world, 
     assert scratch_databases(clean_database) == []
 
 
-def create_pool(world: LoopWorld, model_uri: str) -> None:
-    """One more PoolCreated on the chain (the database has not indexed it)."""
+def create_pool(world: LoopWorld, model_uri: str, spec_sha256: bytes = NO_SPEC) -> int:
+    """One more PoolCreated on the chain (the database has not indexed it); returns its pool id."""
     admin = ChainClient.build(world.w3, world.book, world.cast.admin)
-    admin.pool.create_pool(
+    pool_id, _ = admin.pool.create_pool(
         PoolParams(
             manager=world.cast.manager.address,
             treasury=world.cast.treasury.address,
@@ -82,8 +83,10 @@ def create_pool(world: LoopWorld, model_uri: str) -> None:
             slash_amount=1,
             dispute_window=60,
             validator_slash_share_bps=0,
+            spec_sha256=spec_sha256,
         )
     )
+    return pool_id
 
 
 def test_the_rebuild_follows_an_indexer_that_went_on_while_it_ran(loop_world, clean_database):
@@ -210,3 +213,26 @@ def test_every_table_is_either_compared_or_left_out_for_a_stated_reason(database
         }
     assert chain_derived <= set(COMPARED_TABLES)  # the schema's convention for chain-derived rows
     assert tables == set(COMPARED_TABLES) | set(NOT_COMPARED)
+
+
+def test_a_pool_spec_hash_the_database_changed_is_reported(loop_world, clean_database, tmp_path):
+    spec = hashlib.sha256(b"a verified pool spec").digest()
+    pool_id = create_pool(loop_world, f"spec://{spec.hex()}", spec)
+    index(loop_world, clean_database)
+    assert query(clean_database, "SELECT spec_sha256 FROM pools WHERE pool_id = %s", (pool_id,)) == [(spec,)]
+    with psycopg.connect(clean_database, autocommit=True) as conn:
+        conn.execute("UPDATE pools SET spec_sha256 = %s WHERE pool_id = %s", (NO_SPEC, pool_id))
+
+    result = run_verify(loop_world, clean_database, tmp_path, "--json")
+
+    assert result.exit_code == 1, result.output
+    out = json.loads(result.stdout)
+    assert out["ok"] is False and out["differences"] == 1
+    [difference] = out["tables"]["pools"]["differences"]
+    assert (difference["kind"], difference["key"], difference["column"]) == (
+        "changed",
+        {"pool_id": pool_id},
+        "spec_sha256",
+    )
+    assert (difference["chain"], difference["database"]) == ("0x" + spec.hex(), "0x" + "00" * 32)
+    assert scratch_databases(clean_database) == []

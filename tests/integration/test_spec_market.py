@@ -64,7 +64,9 @@ def spec_market(
     )
     stored = publish_spec(ObjectStore.from_settings(seaweed.settings(get_settings())), spec, base)
     pool_id, _ = admin.pool.create_pool(
-        dataclasses.replace(devnet_pool_params(cast), model_uri=spec_uri(stored.sha256()))
+        dataclasses.replace(
+            devnet_pool_params(cast), model_uri=spec_uri(stored.sha256()), spec_sha256=bytes.fromhex(stored.sha256())
+        )
     )
     admin.token.approve(admin.pool.address, 500 * TOKEN)
     admin.pool.fund_pool(pool_id, 500 * TOKEN)

@@ -1,7 +1,8 @@
 """Scale-out: one GRPO step under torch.distributed with FSDP on 2 CPU processes (gloo) gives the
 same loss and the same updated weights as the step in one process, also when the ranks get
 different numbers of micro-batches (FSDP hangs unless they run as many forward and backward
-passes), and both ranks skip a step whose gradient is not finite.
+passes), and both ranks skip a step whose gradient is not finite; rank 0 evaluates the held-out
+problems alone while the other ranks wait, and gets one process's figures.
 
 No test here can wait forever: every process group has a 60 s collective timeout, the parent
 kills ranks still running after `RANK_TIMEOUT`, and pytest-timeout ends each test (300 s, or 900 s
@@ -15,18 +16,25 @@ import socket
 import time
 from collections.abc import Callable
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from proofpool.trainer.behavior import BehaviorPolicies
 from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.heldout import HeldOut, HeldOutScore
+from proofpool.trainer.policy import Policy
 from proofpool.trainer.step import grpo_step, make_optimizer
-from proofpool.trainer.world import SINGLE, World, full_state_dict, shard_model
+from proofpool.trainer.train import Command, TrainerConfig, follow_trainer
+from proofpool.trainer.world import SINGLE, World, broadcast, full_state_dict, shard_model
+from proofpool_arithmetic import ENVIRONMENT
 from proofpool_arithmetic.build import ModelSpec, create_model
 from proofpool_arithmetic.cache import ensure_devnet_model
 from proofpool_arithmetic.task import generate_problems
 
 from proofpool.core.rollout import RolloutSample
+from proofpool.envs import pool_assignment
 from proofpool.inference.model import load_model
 from tests.fixtures.local_rollouts import generate_rollouts
 
@@ -166,3 +174,61 @@ def test_a_nan_on_one_rank_makes_both_ranks_skip_the_step() -> None:
     for name, tensor in weights[0].items():
         assert torch.equal(weights[1][name], tensor), name  # the skipped step left the weights alone
         assert bool(torch.isfinite(weights[1][name]).all()), name
+
+
+HELD_OUT = 64
+
+
+def _lead_one_step(world: World, data: list[RolloutSample]) -> tuple[HeldOutScore, HeldOutScore]:
+    """Rank 0's part of `run_trainer` for a fresh run of one step, chain and store left out: the
+    base model's held-out evaluation, the step (commanded to the other ranks), then the published
+    weights' evaluation. Both evaluations run while the other ranks wait in `follow_trainer` for
+    the next command: a collective inside one would hang until the gloo timeout."""
+    model = load_model(ensure_devnet_model(progress=None), "fp32")
+    behavior = BehaviorPolicies(model, lambda version: pytest.fail(f"version {version} was not remembered"))
+    behavior.remember(0, model.state_dict())
+    held = HeldOut.of_pool(ENVIRONMENT, HELD_OUT, pool_assignment(ENVIRONMENT).max_tokens, CFG.micro_batch)
+    policy = Policy.whole(model, CFG, None)
+    broadcast(world, Command("start", policy.blueprint()))
+    policy = policy.shard(world, CFG)
+    before = held.evaluate(behavior.policy(0), 0)
+    old = behavior.logprobs(data)
+    broadcast(world, Command("step", (data, old)))
+    policy.step(data, CFG, old)
+    policy.sync()
+    behavior.remember(1, policy.whole_model.state_dict())
+    after = held.evaluate(behavior.policy(1), 1)
+    broadcast(world, Command("stop", 1))
+    return before, after
+
+
+def _heldout_rank(rank: int, port: int, data: list[RolloutSample], state: str, out: dict) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), WORLD_SIZE="2")
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=2, timeout=GLOO_TIMEOUT)
+    world = World(rank, 2)
+    try:
+        if world.main:
+            out["scores"] = _lead_one_step(world, data)
+        else:
+            config = TrainerConfig(
+                pool_id=1, state_dir=Path(state), out_dir=Path(state), checkpoint_cache_dir=Path(state), grpo=CFG
+            )
+            out["followed_to"] = follow_trainer(config, world)
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+@pytest.mark.timeout(900)  # the first use of the devnet model builds it
+def test_rank_0_evaluates_held_out_problems_while_the_others_wait_and_scores_as_one_process(tmp_path: Path) -> None:
+    data = rows()
+    single = _lead_one_step(SINGLE, data)
+    with mp.Manager() as manager:
+        out = manager.dict()
+        _run_two_ranks(_heldout_rank, data, str(tmp_path), out)
+        before, after = out["scores"]
+        followed_to = out["followed_to"]
+    assert followed_to == 1  # rank 1 took the step and heard the stop: the commands stayed in step
+    assert (before.version, after.version, before.problems) == (0, 1, HELD_OUT)
+    for sharded, whole in zip((before, after), single, strict=True):
+        assert (sharded.accuracy, sharded.reward) == (whole.accuracy, whole.reward)
+    assert 0.1 < before.accuracy < 0.95

@@ -1,6 +1,7 @@
 """`proofpool trainer run` against the real market: accepted files in the ledger and the store,
 a GRPO step, the result published as the next checkpoint (shards + manifest in S3, its sha256
-on-chain), resumable state, pruning of old versions, metrics CSV and plot.
+on-chain), resumable state, pruning of old versions, the held-out evaluation of the base model and
+of each published checkpoint, metrics CSV and plot.
 
 The files are attested directly by the devnet validator key (the validator's own tests cover
 how verdicts are reached), so no vLLM is needed here.
@@ -15,12 +16,17 @@ import time
 from pathlib import Path
 
 import pytest
+from proofpool.trainer.heldout import HeldOut
+from proofpool.trainer.metrics import heldout_by_version, read_csv
 from proofpool.trainer.screen import POISON_FILE
+from proofpool_arithmetic import ENVIRONMENT
 from proofpool_arithmetic.task import generate_problems, reward
 from proofpool_arithmetic.tokenizer import EOS_ID, encode_text
 
 from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.envs import pool_assignment
+from proofpool.inference.model import load_model
 from proofpool.infra.chain.bindings import NO_EVIDENCE
 from proofpool.infra.chain.signing import sign_invite
 from proofpool.infra.checkpoint import checkpoint_prefix, ensure_published_checkpoint, onchain_manifest_sha256
@@ -108,6 +114,8 @@ def test_trainer_publishes_resumes_and_prunes(market: Market, seaweed: SeaweedPr
     path = ensure_published_checkpoint(client, store, market.pool_id, 1, tmp_path / "cache")
     assert (path / "config.json").is_file()  # a loadable model directory, verified against the chain
     assert "64 samples" in done.stdout  # one file is enough for the step; the other waits
+    assert "held-out: checkpoint 0 greedy accuracy" in done.stdout  # the base model, before the first step
+    assert "held-out: checkpoint 1 greedy accuracy" in done.stdout
 
     # A restarted trainer continues at step 1 and does not reuse the file of step 0; with k = 0
     # it needs files of version >= 1 (the unused version-0 file is out of the window) and keeps
@@ -119,6 +127,7 @@ def test_trainer_publishes_resumes_and_prunes(market: Market, seaweed: SeaweedPr
     assert client.pool.latest_checkpoint(market.pool_id).version == 2
     assert "from checkpoint 1" in done.stdout
     assert "64 samples" in done.stdout  # only the new file
+    assert "held-out: checkpoint 0" not in done.stdout  # a restarted run does not measure the base model again
     old = checkpoint_prefix(market.pool_id, 1)
     assert store.head_object(old + MANIFEST_NAME) is None, "version 1 should have been pruned"
     assert store.head_object(checkpoint_prefix(market.pool_id, 2) + MANIFEST_NAME) is not None
@@ -127,3 +136,9 @@ def test_trainer_publishes_resumes_and_prunes(market: Market, seaweed: SeaweedPr
     assert len(csv_rows) == 3 and csv_rows[0].startswith("step,version")
     assert not (state / POISON_FILE).exists()  # honest files pass the trainer's screen untouched
     assert (state / "reward.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    held = heldout_by_version(read_csv(state / "metrics.csv"))
+    assert [s.version for s in held] == [0, 1, 2] and {s.problems for s in held} == {64}
+    published = load_model(ensure_published_checkpoint(client, store, market.pool_id, 2, tmp_path / "cache"))
+    expected = HeldOut.of_pool(ENVIRONMENT, 64, pool_assignment(ENVIRONMENT).max_tokens).evaluate(published, 2)
+    assert held[-1].accuracy == expected.accuracy  # the checkpoint as published (bf16), evaluated by rank 0

@@ -2,7 +2,9 @@
 PostgreSQL, indexer, backend, SeaweedFS) take one FSDP step on accepted rollouts; rank 0 alone
 publishes, so the pool gets exactly one `CheckpointPublished`, and the checkpoint is a loadable,
 chain-verified model trained with the whole step's gradient (the same loss and gradient norm as
-one process on the same rows). The market setup is the one of `test_trainer_run.py`.
+one process on the same rows). Rank 0 alone evaluates the base model and the published checkpoint
+on the held-out problems while rank 1 waits (the subprocess timeout bounds the run). The market
+setup is the one of `test_trainer_run.py`.
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from pathlib import Path
 import pytest
 import torch
 from proofpool.trainer.config import GrpoConfig
+from proofpool.trainer.heldout import HeldOut
 from proofpool.trainer.state import load_state
 from proofpool.trainer.step import grpo_step, make_optimizer
+from proofpool_arithmetic import ENVIRONMENT
 
-from proofpool.envs import resolve_base_model
+from proofpool.envs import pool_assignment, resolve_base_model
 from proofpool.inference.model import load_model
 from proofpool.infra.chain.anvil import free_port
 from proofpool.infra.chain.signing import sign_invite
@@ -89,6 +93,13 @@ def test_two_ranks_take_one_step_and_rank_0_publishes_it_once(
     assert float(metrics["loss"]) == pytest.approx(expected.loss, rel=1e-3, abs=1e-6)
     assert float(metrics["grad_norm"]) == pytest.approx(expected.grad_norm, rel=1e-3)
     assert float(metrics["samples"]) == expected.samples == 128
+
+    # Held-out: rank 0 alone evaluated the base model and the published checkpoint, once each.
+    assert done.stdout.count("held-out: checkpoint 0 greedy accuracy") == 1, done.stdout
+    assert done.stdout.count("held-out: checkpoint 1 greedy accuracy") == 1, done.stdout
+    held = HeldOut.of_pool(ENVIRONMENT, 64, pool_assignment(ENVIRONMENT).max_tokens)
+    assert float(metrics["heldout_accuracy"]) == held.evaluate(published, 1).accuracy
+    assert float(metrics["base_heldout_accuracy"]) == held.evaluate(base, 0).accuracy
 
     # The saved state is the single-process one (a restart without torchrun can resume it).
     saved = load_state(state)

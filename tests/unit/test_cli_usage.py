@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 
 def test_unknown_command_is_a_usage_error_not_a_traceback() -> None:
@@ -22,3 +23,27 @@ def test_an_error_message_with_brackets_is_printed_as_is() -> None:
     assert done.returncode == 1
     assert "Traceback" not in done.stderr
     assert "[not-a-file]" in done.stderr
+
+
+def _devnet_run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "proofpool.cli.main", "devnet", "run", *args], capture_output=True, text=True
+    )
+
+
+def test_a_model_pool_needs_both_model_and_env(tmp_path: Path) -> None:
+    for args in (("--model", str(tmp_path)), ("--env", "reasoning-gym")):
+        done = _devnet_run(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr
+        assert "--model and --env go together" in done.stderr
+
+
+def test_a_model_pool_refuses_a_directory_without_a_model(tmp_path: Path) -> None:
+    done = _devnet_run("--model", str(tmp_path), "--env", "reasoning-gym")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "config.json missing" in done.stderr
+
+
+def test_env_config_needs_env() -> None:
+    done = _devnet_run("--env-config", '{"seed": 1}')
+    assert done.returncode == 2 and "--env-config needs --env" in done.stderr

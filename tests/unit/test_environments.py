@@ -100,7 +100,7 @@ def test_a_validator_without_the_pools_environment_retries_instead_of_judging(tm
     from proofpool.validator.models import ModelCache, ModelUnavailable
 
     uris = {1: DEVNET_URI, 2: "hf://Qwen/Qwen3-0.6B"}
-    pools = SimpleNamespace(get_pool=lambda pool_id: SimpleNamespace(model_uri=uris[pool_id]))
+    pools = SimpleNamespace(get_pool=lambda pool_id: SimpleNamespace(model_uri=uris[pool_id], spec_sha256=bytes(32)))
     cache = ModelCache(SimpleNamespace(pool=pools), store=None, cache_dir=tmp_path, relays=())  # type: ignore[arg-type]
     assert cache.environment(1) is ENVIRONMENT
     with pytest.raises(ModelUnavailable, match="pool 2: no environment is installed"):
@@ -108,8 +108,13 @@ def test_a_validator_without_the_pools_environment_retries_instead_of_judging(tm
 
 
 def test_a_node_without_the_pools_environment_is_not_ready() -> None:
+    from types import SimpleNamespace
+
     from proofpool.worker.node import NodeNotReady, _environment_of
 
-    assert _environment_of(DEVNET_URI) is ENVIRONMENT
-    with pytest.raises(NodeNotReady, match=r"no environment is installed for 'hf://Qwen/Qwen3-0\.6B'"):
-        _environment_of("hf://Qwen/Qwen3-0.6B")
+    def pool(uri: str) -> SimpleNamespace:
+        return SimpleNamespace(pool_id=3, model_uri=uri, spec_sha256=bytes(32))
+
+    assert _environment_of(pool(DEVNET_URI)) is ENVIRONMENT  # type: ignore[arg-type]
+    with pytest.raises(NodeNotReady, match=r"pool 3: no environment is installed for 'hf://Qwen/Qwen3-0\.6B'"):
+        _environment_of(pool("hf://Qwen/Qwen3-0.6B"))  # type: ignore[arg-type]

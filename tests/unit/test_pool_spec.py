@@ -146,3 +146,43 @@ def test_a_spec_pools_assignment_is_its_spec_whatever_the_operator_overrides(spe
     assert pool_assignment(pool) == pinned == pool_assignment(pool, 99, 99, 99, 2.0)
     assert pool_assignment(ENVIRONMENT) == DEFAULT_ASSIGNMENT  # the arithmetic budget is the default's 8
     assert pool_assignment(ENVIRONMENT, 4, None, 6, None) == AssignmentConfig(4, 8, 6, 1.0)
+
+
+def test_the_held_out_slice_is_pinned_by_the_spec(spec: PoolSpec, qwen: Path) -> None:
+    """A tenth of the 180 problems by default; every role holds the same ones out of its draws,
+    and another size is another spec."""
+    assert spec.indices.held_out == 18 and spec.to_json()["indices"]["held_out"] == 18
+    taskset = spec_environment(spec, qwen).taskset
+    held = taskset.held_out(100)
+    assert len(held) == 18 and not set(held) & {p for seed in range(50) for p in taskset.draw(seed, 32)}
+    other = _tampered(spec, lambda r: r["indices"].update(held_out=30))
+    assert other.sha256() != spec.sha256()
+    larger = spec_environment(other, qwen).taskset.held_out(100)
+    assert len(larger) == 30 and larger[:18] == held  # the same ranking: a larger slice extends a smaller one
+
+
+def test_a_spec_that_holds_nothing_out_keeps_the_hash_it_had_before_the_field(spec: PoolSpec, qwen: Path) -> None:
+    none = build_spec("math", CONFIG, qwen, held_out=0, **SETTINGS)
+    assert "held_out" not in none.to_json()["indices"]  # the JSON (and hash) of a spec from before the field
+    explicit = copy.deepcopy(none.to_json())
+    explicit["indices"]["held_out"] = 0
+    assert parse_spec(explicit).sha256() == none.sha256()  # one canonical form
+    assert spec_environment(none, qwen).taskset.held_out(100) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda r: r["indices"].update(held_out=-1), "spec.indices.held_out must be in"),
+        (lambda r: r["indices"].update(held_out="9"), "spec.indices.held_out must be a int"),
+        (lambda r: r["indices"].update(held_out=46), r"at most 45 \(a quarter\) may be held out"),
+    ],
+)
+def test_a_bad_held_out_size_is_refused(spec: PoolSpec, qwen: Path, change: Any, message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        spec_environment(_tampered(spec, change), qwen)
+
+
+def test_a_creator_asking_for_too_large_a_slice_gets_a_spec_error(qwen: Path) -> None:
+    with pytest.raises(SpecError, match=r"slice of 2 problems does not fit the pool's 4 distinct problems"):
+        build_spec("math", CONFIG, qwen, indices=[5, 1, 9, 30], held_out=2, **SETTINGS)

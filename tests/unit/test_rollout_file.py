@@ -23,10 +23,18 @@ from proofpool.core.rollout import (
     validate_schema,
     write_rollouts,
 )
-from proofpool.core.rollout.schema import META_NODE, META_POOL_ID, META_SCHEMA_VERSION
+from proofpool.core.rollout.schema import (
+    META_NODE,
+    META_POOL_ID,
+    META_SCHEMA_VERSION,
+    META_SPEC_SHA256,
+    NO_SPEC,
+    SCHEMA_VERSION,
+)
 
 NODE = "0x" + "ab" * 20
-META = RolloutFileMeta(pool_id=2**200 + 7, node=NODE)
+SPEC = hashlib.sha256(b"a pool spec").digest()
+META = RolloutFileMeta(pool_id=2**200 + 7, node=NODE, spec_sha256=SPEC)
 
 
 def _sample(i: int, **changes) -> RolloutSample:
@@ -61,9 +69,11 @@ def test_round_trip_through_bytes_and_path(tmp_path: Path) -> None:
 
 def test_bytes_are_deterministic() -> None:
     first = hashlib.sha256(rollouts_bytes(META, SAMPLES)).hexdigest()
-    again = hashlib.sha256(rollouts_bytes(RolloutFileMeta(META.pool_id, NODE), [_sample(i) for i in range(8)]))
+    again = hashlib.sha256(rollouts_bytes(RolloutFileMeta(META.pool_id, NODE, SPEC), [_sample(i) for i in range(8)]))
     assert again.hexdigest() == first
     assert hashlib.sha256(rollouts_bytes(META, SAMPLES[:-1])).hexdigest() != first
+    other_spec = RolloutFileMeta(META.pool_id, NODE, NO_SPEC)  # the spec hash is part of the bytes
+    assert hashlib.sha256(rollouts_bytes(other_spec, SAMPLES)).hexdigest() != first
 
 
 def test_file_has_exactly_the_design_schema() -> None:
@@ -84,7 +94,8 @@ def test_file_has_exactly_the_design_schema() -> None:
     assert schema.metadata == {
         META_POOL_ID: str(2**200 + 7).encode(),
         META_NODE: NODE.encode(),
-        META_SCHEMA_VERSION: b"1",
+        META_SCHEMA_VERSION: b"2",
+        META_SPEC_SHA256: SPEC.hex().encode(),
     }
     assert parquet.metadata.num_rows == 8
     validate_schema(schema)
@@ -99,6 +110,24 @@ def test_samples_hold_what_the_file_stores() -> None:
 
 def test_empty_file_round_trips() -> None:
     assert read_rollouts(rollouts_bytes(META, [])) == (META, [])
+
+
+def test_a_file_of_a_pool_without_spec_carries_64_zeros() -> None:
+    meta = RolloutFileMeta(pool_id=1, node=NODE)
+    assert meta.spec_sha256 == NO_SPEC == bytes(32)
+    assert meta.to_metadata()[META_SPEC_SHA256] == b"0" * 64
+    assert read_rollouts(rollouts_bytes(meta, SAMPLES))[0] == meta
+
+
+def test_a_version_1_file_is_refused_as_predating_the_spec_hash() -> None:
+    """A file written before version 2: no spec hash, version 1."""
+    assert SCHEMA_VERSION == 2
+    v1 = {k: v for k, v in META.to_metadata().items() if k != META_SPEC_SHA256} | {META_SCHEMA_VERSION: b"1"}
+    with pytest.raises(RolloutFileError) as exc:
+        read_rollouts(_file(_table(metadata=v1)))
+    assert exc.value.reason == "wrong_schema_version"
+    assert "version 1 files predate the pool spec hash" in str(exc.value)
+    assert "expected 2" in str(exc.value)
 
 
 @pytest.mark.parametrize(
@@ -124,7 +153,10 @@ def test_values_out_of_range_are_refused_when_writing(changes) -> None:
         ({"pool_id": -1, "node": NODE}, "bad_metadata"),
         ({"pool_id": 2**256, "node": NODE}, "bad_metadata"),
         ({"pool_id": 1, "node": "0x1234"}, "bad_metadata"),
-        ({"pool_id": 1, "node": NODE, "schema_version": 2}, "wrong_schema_version"),
+        ({"pool_id": 1, "node": NODE, "schema_version": 1}, "wrong_schema_version"),
+        ({"pool_id": 1, "node": NODE, "schema_version": 3}, "wrong_schema_version"),
+        ({"pool_id": 1, "node": NODE, "spec_sha256": SPEC[:31]}, "bad_metadata"),
+        ({"pool_id": 1, "node": NODE, "spec_sha256": SPEC.hex()}, "bad_metadata"),
     ],
 )
 def test_bad_meta_is_refused(kwargs, reason: str) -> None:
@@ -171,7 +203,26 @@ FOREIGN = [
     ("no metadata", {"metadata": {}}, "missing_metadata", "proofpool.pool_id"),
     ("no node", {"metadata": _meta_without(META_NODE)}, "missing_metadata", "proofpool.node"),
     ("no version", {"metadata": _meta_without(META_SCHEMA_VERSION)}, "missing_metadata", "schema_version"),
-    ("version 2", {"metadata": {**META.to_metadata(), META_SCHEMA_VERSION: b"2"}}, "wrong_schema_version", "2"),
+    ("no spec hash", {"metadata": _meta_without(META_SPEC_SHA256)}, "missing_metadata", "proofpool.spec_sha256"),
+    ("version 3", {"metadata": {**META.to_metadata(), META_SCHEMA_VERSION: b"3"}}, "wrong_schema_version", "3"),
+    (
+        "spec hash 0x",
+        {"metadata": {**META.to_metadata(), META_SPEC_SHA256: b"0x" + SPEC.hex().encode()}},
+        "bad_metadata",
+        "spec_sha256",
+    ),
+    (
+        "spec hash upper",
+        {"metadata": {**META.to_metadata(), META_SPEC_SHA256: SPEC.hex().upper().encode()}},
+        "bad_metadata",
+        "spec_sha256",
+    ),
+    (
+        "spec hash short",
+        {"metadata": {**META.to_metadata(), META_SPEC_SHA256: b"00" * 31}},
+        "bad_metadata",
+        "spec_sha256",
+    ),
     ("bad pool id", {"metadata": {**META.to_metadata(), META_POOL_ID: b"01"}}, "bad_metadata", "pool_id"),
     ("bad node", {"metadata": {**META.to_metadata(), META_NODE: b"alice"}}, "bad_metadata", "node"),
     ("null reward", {"reward": pa.array([None, 1.0], pa.float32())}, "null_value", "reward"),

@@ -9,10 +9,12 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+import pytest
 from proofpool.trainer.data import RolloutSource
 
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
-from proofpool.infra.storage import rollout_key
+from proofpool.infra.storage import JudgedRow, judged_document, judged_key, rollout_key
+from proofpool.infra.storage.s3 import ObjectNotFound
 
 NODE = "0x976EA74026E726554dB657fA54763abd0C3a0aa9"
 POOL = 1
@@ -50,6 +52,8 @@ class FakeStore:
         self.objects = objects
 
     def get_object(self, key: str) -> bytes:
+        if key not in self.objects:
+            raise ObjectNotFound("bucket", key)
         return self.objects[key]
 
 
@@ -111,3 +115,47 @@ def test_gather_rides_out_a_backend_that_is_down_for_a_while() -> None:
     ledger.items = flaky  # type: ignore[method-assign]
     rows = gather(source, step=0, async_level=2, samples=8, timeout=10, stop=threading.Event(), say=print, poll=0.01)
     assert len(rows) == 8 and outages == [0]
+
+
+def test_a_pool_without_reproducible_scores_trains_on_the_validators_judgements_once_they_are_stored(
+    caplog: Any,
+) -> None:
+    """Code pools: a file whose judgements are not stored yet is left for later, not used up."""
+    source, keys = _market([(0, 10, "accepted")])
+    source.judged = True
+    assert source.fetch_new(min_version=0) == []
+    assert source.fetch_new(min_version=0) == []  # asked again, warned once
+    assert keys[0] not in source.seen and keys[0] not in source.poisoned
+    assert [r.message for r in caplog.records].count(
+        "accepted file skipped until its validator's judgements are stored"
+    ) == 1
+    judged = [JudgedRow("add-1-2", 0, reward, status) for reward, status in JUDGEMENTS]
+    store = source.store
+    store.objects[judged_key(POOL, NODE, keys[0].hex())] = judged_document(keys[0].hex(), NODE, judged)  # type: ignore[attr-defined]
+    ((key, rows),) = source.fetch_new(min_version=0)
+    assert key == keys[0] and keys[0] in source.seen
+    assert [r.reward for r in rows] == [1.0, 0.0, 1.0]  # the file claimed 0.0 each; one row inconclusive
+    assert [r.advantage for r in rows] == pytest.approx([1 / 3, -2 / 3, 1 / 3])
+
+
+JUDGEMENTS = [(1.0, "correct"), (0.0, "inconclusive"), (0.0, "timeout"), (1.0, "correct")]
+
+
+def test_judgements_that_do_not_fit_the_file_poison_it() -> None:
+    source, keys = _market([(0, 10, "accepted")])
+    source.judged = True
+    short = [JudgedRow("add-1-2", 0, 1.0, "correct")]
+    store = source.store
+    store.objects[judged_key(POOL, NODE, keys[0].hex())] = judged_document(keys[0].hex(), NODE, short)  # type: ignore[attr-defined]
+    assert source.fetch_new(min_version=0) == []
+    assert "bad_judgements: group 0 has more rows than judgements (1)" in source.poisoned.reasons["0x" + keys[0].hex()]
+    assert source.fetch_new(min_version=0) == []  # never fetched again
+
+
+def test_a_pool_with_reproducible_scores_trains_on_the_files_rewards() -> None:
+    source, keys = _market([(0, 10, "accepted")])
+    judged = [JudgedRow("add-1-2", 0, 1.0, "correct")] * 4
+    store = source.store
+    store.objects[judged_key(POOL, NODE, keys[0].hex())] = judged_document(keys[0].hex(), NODE, judged)  # type: ignore[attr-defined]
+    ((_, rows),) = source.fetch_new(min_version=0)
+    assert [r.reward for r in rows] == [0.0] * 4

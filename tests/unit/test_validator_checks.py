@@ -31,7 +31,7 @@ from proofpool.core.assignment import sampling_seed, task_ids
 from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import ROLLOUT_SCHEMA, RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.core.rollout.io import rollouts_table
-from proofpool.core.rollout.schema import META_SCHEMA_VERSION
+from proofpool.core.rollout.schema import META_SCHEMA_VERSION, META_SPEC_SHA256
 
 TASKS = ENVIRONMENT.taskset
 
@@ -156,6 +156,9 @@ def _other_prompt(samples: list[RolloutSample]) -> list[RolloutSample]:
 
 HONEST = rollouts_bytes(META, honest_samples())
 OTHER_NODE = "0x" + "cd" * 20
+SPEC = hashlib.sha256(b"the pool spec").digest()
+SPEC_FILE = rollouts_bytes(dataclasses.replace(META, spec_sha256=SPEC), honest_samples())
+"""The honest rows in a file naming the spec `SPEC`."""
 
 # (name, file bytes, submission changes, rules changes, reason, evidence that must be present)
 HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, Any]]] = [
@@ -182,13 +185,38 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
         {},
     ),
     (
-        "schema version 2",
+        "schema version 3",
         with_column(
-            "reward", pa.array([0.0] * N_ROWS, pa.float32()), {**META.to_metadata(), META_SCHEMA_VERSION: b"2"}
+            "reward", pa.array([0.0] * N_ROWS, pa.float32()), {**META.to_metadata(), META_SCHEMA_VERSION: b"3"}
         ),
         {},
         {},
         "wrong_schema_version",
+        {},
+    ),
+    (
+        "schema version 1 (before the spec hash)",
+        with_column(
+            "reward",
+            pa.array([0.0] * N_ROWS, pa.float32()),
+            {k: v for k, v in META.to_metadata().items() if k != META_SPEC_SHA256} | {META_SCHEMA_VERSION: b"1"},
+        ),
+        {},
+        {},
+        "wrong_schema_version",
+        {
+            "detail": "1, expected 2 (version 1 files predate the pool spec hash, proofpool.spec_sha256: "
+            "regenerate the file)"
+        },
+    ),
+    (
+        "spec hash in the metadata is not hex",
+        with_column(
+            "reward", pa.array([0.0] * N_ROWS, pa.float32()), {**META.to_metadata(), META_SPEC_SHA256: b"spec"}
+        ),
+        {},
+        {},
+        "bad_metadata",
         {},
     ),
     (
@@ -201,6 +229,30 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
     ),
     ("metadata names another node", HONEST, {"node": OTHER_NODE}, {}, "metadata_mismatch", {"field": "node"}),
     ("metadata names another pool", HONEST, {"pool_id": POOL_ID + 1}, {}, "metadata_mismatch", {"field": "pool_id"}),
+    (
+        "no spec hash in a spec pool's file",
+        HONEST,
+        {},
+        {"spec_sha256": SPEC},
+        "spec_mismatch",
+        {"file": "00" * 32, "pool": SPEC.hex()},
+    ),
+    (
+        "a spec hash in a file of a pool without spec",
+        SPEC_FILE,
+        {},
+        {},
+        "spec_mismatch",
+        {"file": SPEC.hex(), "pool": "00" * 32},
+    ),
+    (
+        "another spec's hash",
+        SPEC_FILE,
+        {},
+        {"spec_sha256": hashlib.sha256(b"another spec").digest()},
+        "spec_mismatch",
+        {"file": SPEC.hex()},
+    ),
     ("no rows", rollouts_bytes(META, []), {"work_units": 0}, {}, "row_count", {"max_rows": 4096}),
     ("more rows than allowed", HONEST, {}, {"max_rows": N_ROWS - 1}, "row_count", {"max_rows": N_ROWS - 1}),
     (
@@ -474,6 +526,11 @@ def test_hostile_file_is_rejected_with_reason(
     assert verdict.checked_rows == 0
 
 
+def test_a_file_naming_its_pools_spec_is_accepted() -> None:
+    verdict = cheap(SPEC_FILE, rules=dataclasses.replace(RULES, spec_sha256=SPEC))
+    assert verdict.accepted, verdict.evidence
+
+
 def test_advantage_within_tolerance_is_accepted() -> None:
     """An advantage off by far less than the tolerance (another summation order) is not a cheat."""
     samples = honest_samples()
@@ -616,3 +673,35 @@ def test_batch_index_finds_batches_and_remembers_them_only_when_found() -> None:
     assert index.find(POOL_ID, NODE, VERSION + 1, seed_7) is None  # seeds are per version
     assert index.find(POOL_ID, OTHER_NODE, VERSION, seed_7) is None  # and per node
     assert index.find(POOL_ID, NODE, VERSION, seed_7) == 7  # still right after the LRU evicted its entry
+
+
+class _MachineDependent:
+    """The arithmetic task set as a pool whose scores depend on the machine (the `code` environment's
+    `reproducible_scores = False`)."""
+
+    reproducible_scores = False
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(TASKS, name)
+
+
+def _claims_one_reward_too_many() -> bytes:
+    """The honest file with row 0's reward flipped and its group's advantages made to match."""
+    samples = honest_samples()
+    samples[0] = dataclasses.replace(samples[0], reward=1.0 - samples[0].reward)
+    advantages = group_advantages([s.reward for s in samples], [s.group_id for s in samples])
+    return rollouts_bytes(META, [dataclasses.replace(s, advantage=a) for s, a in zip(samples, advantages, strict=True)])
+
+
+def test_without_reproducible_scores_a_reward_mismatch_is_not_a_rejection() -> None:
+    data = _claims_one_reward_too_many()
+    assert cheap(data).reason == "reward_mismatch"
+    rules = dataclasses.replace(RULES, taskset=_MachineDependent())
+    assert cheap(data, rules=rules).accepted
+
+
+def test_without_reproducible_scores_advantages_still_follow_the_claimed_rewards() -> None:
+    rules = dataclasses.replace(RULES, taskset=_MachineDependent())
+    data = tamper(edit_row(0, reward=1.0 - honest_samples()[0].reward))  # advantages left as they were
+    verdict = cheap(data, rules=rules)
+    assert (verdict.reason, verdict.evidence["row"]) == ("advantage_mismatch", 0)

@@ -21,10 +21,14 @@ def assignment(version: int, manifest: bytes | None, uri: str | None = "s3://b/p
 
 
 def resolver(
-    model_uri: str = "https://example.org/some-model", base_model: Path | None = None, relays: tuple[str, ...] = ()
+    model_uri: str = "https://example.org/some-model",
+    base_model: Path | None = None,
+    relays: tuple[str, ...] = (),
+    spec_sha256: bytes = bytes(32),
 ) -> ModelResolver:
     """A resolver over a stand-in chain client that only answers `get_pool`."""
-    client = SimpleNamespace(pool=SimpleNamespace(get_pool=lambda _pool_id: SimpleNamespace(model_uri=model_uri)))
+    pool = SimpleNamespace(model_uri=model_uri, spec_sha256=spec_sha256)
+    client = SimpleNamespace(pool=SimpleNamespace(get_pool=lambda _pool_id: pool))
     return ModelResolver(
         client,  # type: ignore[arg-type]
         store=lambda: None,  # type: ignore[arg-type,return-value]
@@ -69,6 +73,14 @@ def test_a_non_devnet_base_model_needs_a_local_directory(tmp_path: Path) -> None
     assert reason(resolver(base_model=tmp_path), assignment(0, None)) == "unknown_base_model"  # no config.json
     (tmp_path / "config.json").write_text("{}")
     assert resolver(base_model=tmp_path).resolve(assignment(0, None)) == tmp_path
+
+
+def test_a_pool_whose_spec_hash_and_model_uri_disagree_is_refused_before_its_base_model(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text("{}")  # a base model the node could use: never looked at
+    spec = "ab" * 32
+    assert reason(resolver(base_model=tmp_path, spec_sha256=bytes.fromhex(spec)), assignment(0, None)) == "spec_refused"
+    refused = resolver(f"spec://{spec}", base_model=tmp_path)  # the pool committed to no spec on-chain
+    assert reason(refused, assignment(0, None)) == "spec_refused"
 
 
 def test_fetch_failures_keep_their_checkpoint_reason(chain_has, monkeypatch: pytest.MonkeyPatch) -> None:

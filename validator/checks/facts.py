@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from proofpool.core.assignment import DEFAULT_ASSIGNMENT, MAX_TEMPERATURE, MIN_TEMPERATURE
 from proofpool.core.environment import Environment, Taskset
+from proofpool.envs import NO_SPEC, environment_spec_sha256
 
 MIB: Final = 2**20
 
@@ -37,9 +38,9 @@ class SubmissionFacts:
 class PoolRules:
     """The limits a validator enforces for one pool.
 
-    The task set and the token limits come from the pool's environment (`PoolRules.of`), the rest
-    from the pool's assignment settings and the validator's own. Invalid settings raise ValueError:
-    they are the operator's mistake, not the submitter's.
+    The task set, the token limits and the spec hash come from the pool's environment
+    (`PoolRules.of`), the rest from the pool's assignment settings and the validator's own. Invalid
+    settings raise ValueError: they are the operator's mistake, not the submitter's.
     """
 
     latest_version: int
@@ -87,17 +88,25 @@ class PoolRules:
     max_decoded_bytes: int = 256 * MIB
     """Upper bound on the decoded table, estimated from the Parquet footer before anything is
     decompressed: a few KiB of run-length or dictionary encoding can decode to gigabytes."""
+    spec_sha256: bytes = NO_SPEC
+    """The pool's on-chain `specSha256`, which every file must carry (`proofpool.spec_sha256`);
+    `NO_SPEC` for a pool without a spec."""
 
     @classmethod
     def of(cls, environment: Environment, latest_version: int, **values: Any) -> PoolRules:
-        """The rules of a pool running `environment`: its task set and token limits (the completion
-        budget defaults to the environment's; a pool's assignment settings override it)."""
+        """The rules of a pool running `environment`: its task set, token limits and spec hash (the
+        completion budget defaults to the environment's; a pool's assignment settings override it).
+
+        The spec hash is the one the environment was built from (`proofpool.envs.environment_spec_sha256`):
+        a validator gets a pool's environment only through `proofpool.envs.pool_environment`, which
+        refuses the pool unless that hash is the pool's on-chain `specSha256`."""
         tokens = environment.tokens
         limits = {
             "vocab_size": tokens.vocab_size,
             "stop_token_ids": tokens.stop_ids,
             "max_prompt_tokens": tokens.max_prompt_tokens,
             "max_completion_tokens": tokens.max_completion_tokens,
+            "spec_sha256": environment_spec_sha256(environment),
         }
         return cls(latest_version=latest_version, taskset=environment.taskset, **{**limits, **values})
 
@@ -126,6 +135,8 @@ class PoolRules:
             raise ValueError(f"last_issued_batch must be >= 0, got {self.last_issued_batch}")
         if self.max_file_bytes < 1 or self.max_decoded_bytes < 1:
             raise ValueError("byte limits must be >= 1")
+        if len(self.spec_sha256) != len(NO_SPEC):
+            raise ValueError(f"spec_sha256 must be 32 bytes, got {len(self.spec_sha256)}")
 
 
 class _NoTasks:
@@ -138,6 +149,9 @@ class _NoTasks:
         raise NotImplementedError("parsing rules have no task set")
 
     def score(self, problem_id: str, completion_tokens: Sequence[int]) -> float:
+        raise NotImplementedError("parsing rules have no task set")
+
+    def held_out(self, count: int) -> list[str]:
         raise NotImplementedError("parsing rules have no task set")
 
 

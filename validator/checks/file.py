@@ -68,7 +68,7 @@ def read_file(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> ParsedFile
 
     Reasons: the rollout reader's (`not_parquet`, `wrong_schema_version`, `missing_column`,
     `extra_column`, `wrong_type`, `missing_metadata`, `bad_metadata`, `null_value`,
-    `value_out_of_range`), `metadata_mismatch`, `row_count`, `too_many_row_groups`,
+    `value_out_of_range`), `metadata_mismatch`, `spec_mismatch`, `row_count`, `too_many_row_groups`,
     `length_out_of_range` (more list values in the footer, or decoded, than rows x limit) and
     `file_too_large` (footer length, decoded size estimate from the footer, decoded size measured,
     or the decoding child's memory cap or timeout: evidence `decode`).
@@ -105,7 +105,7 @@ def parse_file(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> ParsedFil
         meta = RolloutFileMeta.from_metadata(schema.metadata)
     except RolloutFileError as exc:
         return reject(exc.reason, detail=quote(exc.detail))
-    rejected = _metadata_mismatch(meta, sub) or _footer_structure(footer, rules)
+    rejected = _metadata_mismatch(meta, sub, rules) or _footer_structure(footer, rules)
     if rejected is not None:
         return rejected
     rows = footer.num_rows
@@ -166,12 +166,16 @@ def _decoded_lengths(table: pa.Table, rows: int, rules: PoolRules) -> Verdict | 
     return None
 
 
-def _metadata_mismatch(meta: RolloutFileMeta, sub: SubmissionFacts) -> Verdict | None:
-    """The file must name the pool and node the chain recorded (addresses compare case-insensitively)."""
+def _metadata_mismatch(meta: RolloutFileMeta, sub: SubmissionFacts, rules: PoolRules) -> Verdict | None:
+    """The file must name the pool and node the chain recorded (addresses compare case-insensitively),
+    and the pool's on-chain spec hash: a file made for another spec is the provider's fault, like a
+    file naming another pool."""
     if meta.pool_id != sub.pool_id:
         return reject("metadata_mismatch", field="pool_id", file=str(meta.pool_id), submission=str(sub.pool_id))
     if meta.node.lower() != sub.node.lower():
         return reject("metadata_mismatch", field="node", file=meta.node, submission=sub.node)
+    if meta.spec_sha256 != rules.spec_sha256:
+        return reject("spec_mismatch", file=meta.spec_sha256.hex(), pool=rules.spec_sha256.hex())
     return None
 
 

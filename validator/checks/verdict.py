@@ -23,6 +23,7 @@ CheckReason = Literal[
     "file_too_large",
     "too_many_row_groups",
     "metadata_mismatch",
+    "spec_mismatch",
     "row_count",
     "token_out_of_range",
     "length_out_of_range",

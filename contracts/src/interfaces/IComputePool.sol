@@ -45,6 +45,9 @@ interface IComputePool is IWorkLedger {
     /// @param manager Key that signs invites, ejects/blacklists nodes and publishes checkpoints.
     /// @param treasury Receives the non-validator share of slashed stake.
     /// @param modelUri Model / task set description (off-chain URI).
+    /// @param specSha256 sha256 of the pool spec the pool runs, zero for a pool without one (the
+    /// devnet's `devnet://` pools). A spec pool's `modelUri` is `spec://<specSha256 in hex>`; the
+    /// contract does not parse the URI: every role refuses a pool whose two disagree, off-chain.
     /// @param rewardPerUnit Provider reward per finalized work unit.
     /// @param validatorFee Fee per finalized submission paid to its attesting validator.
     /// @param slashAmount Stake taken from the provider per invalidated submission.
@@ -59,6 +62,7 @@ interface IComputePool is IWorkLedger {
         address manager;
         address treasury;
         string modelUri;
+        bytes32 specSha256;
         uint256 rewardPerUnit;
         uint256 validatorFee;
         uint256 slashAmount;
@@ -68,13 +72,15 @@ interface IComputePool is IWorkLedger {
         uint16 contestQuorum;
     }
 
-    /// @notice A pool as returned by {getPool}.
+    /// @notice A pool as returned by {getPool}: its {PoolParams} as created (but the challenge rules,
+    /// see {challengeRules}), its creator, status and budget.
     struct PoolInfo {
         address creator;
         address manager;
         address treasury;
         PoolStatus status;
         string modelUri;
+        bytes32 specSha256;
         uint256 rewardPerUnit;
         uint256 validatorFee;
         uint256 slashAmount;
@@ -199,11 +205,17 @@ interface IComputePool is IWorkLedger {
     event WorkSkipped(uint256 indexed poolId, bytes32 indexed workKey, WorkStatus status);
 
     /// @notice Pool `poolId` was created by `creator`.
+    /// @dev Indexed (an event has at most three topics): `poolId`; `manager`, the key every role
+    /// trusts for the pool (validators serve pools by manager, the orchestrator finds the pools its
+    /// key manages, invites and checkpoints are signed by it), so a client without an indexer finds
+    /// a manager's pools with one log filter, while `creator` is the transaction's sender and pays
+    /// in; and `specSha256`, so anyone finds every pool that runs a given spec.
     /// @param poolId The new pool id (from 1).
     /// @param creator The caller.
     /// @param manager The pool's manager key.
     /// @param treasury Receiver of slashed stake.
     /// @param modelUri Model / task set URI.
+    /// @param specSha256 sha256 of the pool spec (zero: no spec); see {PoolParams}.
     /// @param rewardPerUnit Reward per work unit.
     /// @param validatorFee Fee per finalized submission.
     /// @param slashAmount Slash per invalid submission.
@@ -211,10 +223,11 @@ interface IComputePool is IWorkLedger {
     /// @param validatorSlashShareBps Validator share of slashed stake in basis points.
     event PoolCreated(
         uint256 indexed poolId,
-        address indexed creator,
+        address creator,
         address indexed manager,
         address treasury,
         string modelUri,
+        bytes32 indexed specSha256,
         uint256 rewardPerUnit,
         uint256 validatorFee,
         uint256 slashAmount,
@@ -612,7 +625,9 @@ interface IComputePool is IWorkLedger {
     /// @param proposed The refused version.
     error ComputePoolCheckpointVersionNotIncreasing(uint256 poolId, uint32 latest, uint32 proposed);
 
-    /// @notice Creates a pool in status Created; the caller becomes its creator. Emits {PoolCreated}.
+    /// @notice Creates a pool in status Created; the caller becomes its creator. Its `specSha256` is
+    /// stored as given (zero: no spec), never parsed or compared with `modelUri` on-chain.
+    /// Emits {PoolCreated}.
     /// @param params The pool parameters.
     /// @return poolId The new pool id (ids start at 1).
     function createPool(PoolParams calldata params) external returns (uint256 poolId);

@@ -37,6 +37,7 @@ abstract contract PoolCore is IComputePool, AccessControl, ReentrancyGuard {
         uint256 slashAmount;
         uint256 budget;
         uint256 reserved;
+        bytes32 specSha256;
         string modelUri;
     }
 

@@ -38,12 +38,14 @@ abstract contract PoolLifecycle is PoolCore {
         pool.validatorFee = params.validatorFee;
         pool.slashAmount = params.slashAmount;
         pool.modelUri = params.modelUri;
+        pool.specSha256 = params.specSha256;
         emit PoolCreated(
             poolId,
             _msgSender(),
             params.manager,
             params.treasury,
             params.modelUri,
+            params.specSha256,
             params.rewardPerUnit,
             params.validatorFee,
             params.slashAmount,
@@ -104,6 +106,7 @@ abstract contract PoolLifecycle is PoolCore {
             treasury: pool.treasury,
             status: pool.status,
             modelUri: pool.modelUri,
+            specSha256: pool.specSha256,
             rewardPerUnit: pool.rewardPerUnit,
             validatorFee: pool.validatorFee,
             slashAmount: pool.slashAmount,

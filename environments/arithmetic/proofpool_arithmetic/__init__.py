@@ -15,15 +15,29 @@ from pathlib import Path
 from typing import Final
 
 from proofpool.core.environment import Progress, TokenLimits
-from proofpool_arithmetic.task import ANSWER_MAX_TOKENS, MAX_PROMPT_TOKENS, generate_problems, problem_from_id, reward
+from proofpool_arithmetic.task import (
+    ANSWER_MAX_TOKENS,
+    MAX_PROMPT_TOKENS,
+    generate_problems,
+    held_out_ids,
+    held_out_set,
+    problem_from_id,
+    reward,
+)
 from proofpool_arithmetic.tokenizer import BOS_ID, EOS_ID, PAD_ID, VOCAB_SIZE, encode_text
 
 
 class ArithmeticTaskset:
-    """Addition problems below 100, named by ids that encode them (`add-17-58`)."""
+    """Addition problems below 100, named by ids that encode them (`add-17-58`); 512 of them held
+    out of every draw (`proofpool_arithmetic.task.held_out_ids`)."""
 
     def draw(self, seed: int, count: int) -> list[str]:
-        return [problem.problem_id for problem in generate_problems(seed, count)]
+        return [problem.problem_id for problem in generate_problems(seed, count, exclude=held_out_set())]
+
+    def held_out(self, count: int) -> list[str]:
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        return list(held_out_ids()[:count])
 
     def prompt_tokens(self, problem_id: str) -> tuple[int, ...]:
         return tuple(problem_from_id(problem_id).prompt_tokens())

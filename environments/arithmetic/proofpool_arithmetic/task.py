@@ -3,14 +3,20 @@
 Workers draw problems from a seeded generator, validators recompute each sample's reward from
 its `problem_id` alone, so the id encodes the problem (`add-17-58`): it is stable across
 machines, versions and generator seeds, and `problem_from_id` reads it back without a dataset.
+
+`HELD_OUT_PROBLEMS` of the 10,000 sums are held out (`held_out_ids`): the ids that rank first by
+sha256 (`proofpool.envs.tokenized.held_out_slice`, the rule of every task set), a pseudo-random
+sample of the same uniform distribution. Assignments never hold one (`generate_problems` with
+`exclude` draws again instead); the trainer measures its checkpoints on them.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Container, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Final
 
 from proofpool.core.environment import InvalidProblemId
@@ -23,6 +29,10 @@ ANSWER_MAX_TOKENS: Final = 4
 MAX_PROMPT_TOKENS: Final = 32
 """The prompt bound validators enforce: room above the 7 tokens of the longest prompt
 (`<bos>99+99=`), and with an 8-token completion well inside the model's 64 positions."""
+
+HELD_OUT_PROBLEMS: Final = 512
+"""Sums held out of every assignment for the trainer's evaluation: about 5% of the 10,000, leaving
+9,488 to train on; greedy accuracy on all 512 has a standard error near 0.022."""
 
 _ID_PATTERN: Final = re.compile(r"add-(0|[1-9]\d?)-(0|[1-9]\d?)")
 """Canonical ids only (no leading zeros), so one problem has exactly one id."""
@@ -73,14 +83,39 @@ def problem_from_id(problem_id: str) -> Problem:
     return Problem(int(match.group(1)), int(match.group(2)))
 
 
-def generate_problems(seed: int, count: int) -> list[Problem]:
-    """`count` problems drawn uniformly (with replacement) by a generator seeded with `seed`.
+def generate_problems(seed: int, count: int, exclude: Container[str] = ()) -> list[Problem]:
+    """`count` problems drawn uniformly (with replacement) by a generator seeded with `seed`,
+    skipping any whose id is in `exclude` (the generator draws the next pair instead).
 
     A private `random.Random` keeps the draw independent of global state, so the same seed
-    gives the same problems in the worker, the trainer and the tests.
+    gives the same problems in the worker, the trainer and the tests. Skipping leaves a draw
+    that meets no excluded problem as it was without `exclude`.
     """
     rng = random.Random(seed)
-    return [Problem(rng.randint(0, MAX_OPERAND), rng.randint(0, MAX_OPERAND)) for _ in range(count)]
+    problems: list[Problem] = []
+    while len(problems) < count:
+        problem = Problem(rng.randint(0, MAX_OPERAND), rng.randint(0, MAX_OPERAND))
+        if problem.problem_id not in exclude:
+            problems.append(problem)
+    return problems
+
+
+def all_problem_ids() -> list[str]:
+    """The ids of every problem of the task, `add-0-0` .. `add-99-99`."""
+    return [Problem(a, b).problem_id for a in range(MAX_OPERAND + 1) for b in range(MAX_OPERAND + 1)]
+
+
+@cache
+def held_out_ids() -> tuple[str, ...]:
+    """The `HELD_OUT_PROBLEMS` held-out ids, in held-out order (computed once per process)."""
+    from proofpool.envs.tokenized import held_out_slice
+
+    return held_out_slice(all_problem_ids(), HELD_OUT_PROBLEMS)
+
+
+@cache
+def held_out_set() -> frozenset[str]:
+    return frozenset(held_out_ids())
 
 
 def parse_answer(completion: str | Sequence[int]) -> int | None:

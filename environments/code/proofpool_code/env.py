@@ -139,6 +139,10 @@ class CodeEnvironment:
 
     id: str = ENV_ID
     version: str = VERSION
+    reproducible_scores: bool = False
+    """A run's CPU and wall time depend on the machine, so a program near a limit can pass on one
+    and time out on another: validators judge rewards here, they do not slash over them
+    (`proofpool.core.environment.TaskEnvironment`)."""
 
     def __init__(self, config: CodeConfig, sandbox: Sandbox, sandbox_info: SandboxInfo) -> None:
         self.config = config

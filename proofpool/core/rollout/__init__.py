@@ -1,4 +1,4 @@
-"""The rollout file: one Parquet file per submission, one row per sample (schema version 1)."""
+"""The rollout file: one Parquet file per submission, one row per sample (schema version 2)."""
 
 from proofpool.core.rollout.io import read_rollouts, read_rollouts_table, rollouts_bytes, write_rollouts
 from proofpool.core.rollout.schema import (

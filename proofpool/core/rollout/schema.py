@@ -1,8 +1,11 @@
-"""The rollout file's schema (version 1): one Parquet file per submission, one row per sample.
+"""The rollout file's schema (version 2): one Parquet file per submission, one row per sample.
 
 The validator rejects any other schema, so this module is the single definition: the Arrow
 schema, the file-level metadata keys, the value types workers write and validators read, and the
 comparison that names the first way a file departs from it.
+
+Version 2 added the `proofpool.spec_sha256` key: the pool's on-chain `specSha256`, so a file names
+the pool spec it was made for. Version 1 files lack it and are rejected (`wrong_schema_version`).
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import pyarrow as pa
 
 from proofpool.core.errors import ProofpoolError
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 META_POOL_ID: Final = b"proofpool.pool_id"
 """uint256 pool id as a decimal string."""
@@ -25,7 +28,13 @@ META_NODE: Final = b"proofpool.node"
 """The submitting node's address, 0x + 40 hex digits."""
 META_SCHEMA_VERSION: Final = b"proofpool.schema_version"
 """Decimal schema version; this module reads and writes only SCHEMA_VERSION."""
-METADATA_KEYS: Final = (META_POOL_ID, META_NODE, META_SCHEMA_VERSION)
+META_SPEC_SHA256: Final = b"proofpool.spec_sha256"
+"""The pool's on-chain `specSha256` as 64 lowercase hex digits (no 0x): the sha256 of the pool spec
+a `spec://` pool runs, 64 zeros for a pool without a spec."""
+METADATA_KEYS: Final = (META_POOL_ID, META_NODE, META_SCHEMA_VERSION, META_SPEC_SHA256)
+
+NO_SPEC: Final = bytes(32)
+"""The spec hash of a file for a pool without a spec."""
 
 ROLLOUT_SCHEMA: Final = pa.schema(
     [
@@ -45,6 +54,7 @@ ROLLOUT_SCHEMA: Final = pa.schema(
 nullable); an actual null anywhere is rejected when reading."""
 
 _ADDRESS: Final = re.compile(r"0x[0-9a-fA-F]{40}")
+_SHA256_HEX: Final = re.compile(r"[0-9a-f]{64}")
 _DECIMAL: Final = re.compile(r"0|[1-9][0-9]{0,77}")
 _INT32: Final = (-(2**31), 2**31 - 1)
 _INT64: Final = (-(2**63), 2**63 - 1)
@@ -78,10 +88,13 @@ class RolloutFileError(ProofpoolError):
 
 @dataclass(frozen=True)
 class RolloutFileMeta:
-    """File-level key/value metadata: who submitted the file, for which pool, in which format."""
+    """File-level key/value metadata: who submitted the file, for which pool and pool spec, in
+    which format."""
 
     pool_id: int
     node: str
+    spec_sha256: bytes = NO_SPEC
+    """The pool's on-chain `specSha256` (`NO_SPEC`: the pool runs no spec)."""
     schema_version: int = SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -89,8 +102,10 @@ class RolloutFileMeta:
             raise RolloutFileError("bad_metadata", f"pool_id {self.pool_id} is not a uint256")
         if not _ADDRESS.fullmatch(self.node):
             raise RolloutFileError("bad_metadata", f"node {self.node!r} is not a 0x-prefixed 20-byte address")
+        if not isinstance(self.spec_sha256, bytes) or len(self.spec_sha256) != 32:
+            raise RolloutFileError("bad_metadata", f"spec_sha256 {self.spec_sha256!r} is not 32 bytes")
         if self.schema_version != SCHEMA_VERSION:
-            raise RolloutFileError("wrong_schema_version", f"{self.schema_version}, expected {SCHEMA_VERSION}")
+            raise RolloutFileError("wrong_schema_version", _version_detail(str(self.schema_version)))
 
     def to_metadata(self) -> dict[bytes, bytes]:
         """The Parquet key/value metadata for this file."""
@@ -98,6 +113,7 @@ class RolloutFileMeta:
             META_POOL_ID: str(self.pool_id).encode(),
             META_NODE: self.node.encode(),
             META_SCHEMA_VERSION: str(self.schema_version).encode(),
+            META_SPEC_SHA256: self.spec_sha256.hex().encode(),
         }
 
     @classmethod
@@ -107,7 +123,11 @@ class RolloutFileMeta:
         if error is not None:
             raise error
         assert metadata is not None  # metadata_error rejects None
-        return cls(pool_id=int(metadata[META_POOL_ID]), node=metadata[META_NODE].decode())
+        return cls(
+            pool_id=int(metadata[META_POOL_ID]),
+            node=metadata[META_NODE].decode(),
+            spec_sha256=bytes.fromhex(metadata[META_SPEC_SHA256].decode()),
+        )
 
 
 @dataclass(frozen=True)
@@ -158,12 +178,27 @@ def _ints(name: str, values: Sequence[int], bounds: tuple[int, int]) -> tuple[in
     return out
 
 
+def _version_detail(version: str) -> str:
+    """What a `wrong_schema_version` error says about a file of `version`."""
+    detail = f"{version}, expected {SCHEMA_VERSION}"
+    if version == "1":
+        detail += " (version 1 files predate the pool spec hash, proofpool.spec_sha256: regenerate the file)"
+    return detail
+
+
+def _version_error(metadata: dict[bytes, bytes]) -> RolloutFileError | None:
+    version = metadata.get(META_SCHEMA_VERSION)
+    if version is None or version == str(SCHEMA_VERSION).encode():
+        return None
+    return RolloutFileError("wrong_schema_version", _version_detail(version.decode("ascii", "replace")[:20]))
+
+
 def metadata_error(metadata: dict[bytes, bytes] | None) -> RolloutFileError | None:
     """The first problem with a file's key/value metadata, or None."""
     metadata = metadata or {}
-    version = metadata.get(META_SCHEMA_VERSION)
-    if version is not None and version != str(SCHEMA_VERSION).encode():
-        return RolloutFileError("wrong_schema_version", f"{version!r}, expected {SCHEMA_VERSION}")
+    version = _version_error(metadata)
+    if version is not None:
+        return version
     for key in METADATA_KEYS:
         if key not in metadata:
             return RolloutFileError("missing_metadata", key.decode())
@@ -173,20 +208,22 @@ def metadata_error(metadata: dict[bytes, bytes] | None) -> RolloutFileError | No
         return RolloutFileError("bad_metadata", f"{META_POOL_ID.decode()} exceeds uint256")
     if not _ADDRESS.fullmatch(metadata[META_NODE].decode("ascii", "replace")):
         return RolloutFileError("bad_metadata", f"{META_NODE.decode()} is not a 0x-prefixed 20-byte address")
+    if not _SHA256_HEX.fullmatch(metadata[META_SPEC_SHA256].decode("ascii", "replace")):
+        return RolloutFileError("bad_metadata", f"{META_SPEC_SHA256.decode()} is not 64 lowercase hex digits")
     return None
 
 
 def schema_error(schema: pa.Schema) -> RolloutFileError | None:
-    """The first way `schema` (with its metadata) departs from version 1, or None.
+    """The first way `schema` (with its metadata) departs from version 2, or None.
 
     Order: a schema version other than ours (the most useful answer for a file from another
     release), then columns in ROLLOUT_SCHEMA order (missing, then extra, then wrong type), then
     the remaining metadata keys and values.
     """
     metadata = schema.metadata or {}
-    version = metadata.get(META_SCHEMA_VERSION)
-    if version is not None and version != str(SCHEMA_VERSION).encode():
-        return RolloutFileError("wrong_schema_version", f"{version!r}, expected {SCHEMA_VERSION}")
+    version = _version_error(metadata)
+    if version is not None:
+        return version
     names = set(schema.names)
     for field in ROLLOUT_SCHEMA:
         if field.name not in names:

@@ -59,6 +59,10 @@ class WorkStatus(IntEnum):
     EXPIRED = 7
 
 
+NO_SPEC = bytes(32)
+"""The `specSha256` of a pool without a pool spec (the devnet's `devnet://` pools)."""
+
+
 @dataclass(frozen=True)
 class PoolParams:
     """Parameters of `createPool` (see IComputePool.PoolParams)."""
@@ -75,12 +79,21 @@ class PoolParams:
     """Seconds a rejection waits for contests before it slashes (0: it slashes at once)."""
     contest_quorum: int = 1
     """Contests by other validators that overturn a rejection (ignored when `challenge_window` is 0)."""
+    spec_sha256: bytes = NO_SPEC
+    """sha256 of the pool spec a `spec://` pool runs (its model URI names the same hash); `NO_SPEC`
+    for any other pool. Stored and emitted as given: the roles check the two agree
+    (`proofpool.envs.published.check_spec_commitment`)."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.spec_sha256, bytes) or len(self.spec_sha256) != 32:
+            raise ValueError(f"spec_sha256 must be 32 bytes, got {self.spec_sha256!r}")
 
     def as_tuple(self) -> tuple:
         return (
             to_checksum_address(self.manager),
             to_checksum_address(self.treasury),
             self.model_uri,
+            self.spec_sha256,
             self.reward_per_unit,
             self.validator_fee,
             self.slash_amount,
@@ -101,6 +114,8 @@ class PoolInfo:
     treasury: str
     status: PoolStatus
     model_uri: str
+    spec_sha256: bytes
+    """sha256 of the pool's spec (`NO_SPEC`: none), as created; see `PoolParams.spec_sha256`."""
     reward_per_unit: int
     validator_fee: int
     slash_amount: int
@@ -508,7 +523,7 @@ class ComputePool(ContractBinding):
 
     def get_pool(self, pool_id: int) -> PoolInfo:
         raw = self._call(self.contract.functions.getPool(pool_id))
-        (creator, manager, treasury, status, uri, reward, fee, slash, window, bps, budget) = raw
+        (creator, manager, treasury, status, uri, spec, reward, fee, slash, window, bps, budget) = raw
         return PoolInfo(
             pool_id,
             creator,
@@ -516,6 +531,7 @@ class ComputePool(ContractBinding):
             treasury,
             PoolStatus(status),
             uri,
+            bytes(spec),
             reward,
             fee,
             slash,

@@ -1,5 +1,6 @@
 """Object storage: the S3 client (`s3.py`), the devnet SeaweedFS launcher (`seaweed.py`) and
-the key layout below, the one place that knows where a rollout file (and a verdict's evidence) lives.
+the key layout below, the one place that knows where a rollout file (and a verdict's evidence, and
+a validator's judgements of a file's rows) lives.
 
 The layout puts the pool, the node and the file's sha256 (the on-chain work key) in the
 key, so a presigned URL for one key cannot write another node's files, and the validator
@@ -8,11 +9,16 @@ finds a submission's file from chain data alone.
 
 from __future__ import annotations
 
+import json
+import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Final
 
 from eth_utils import is_address, to_checksum_address
 
+from proofpool.core.environment import SCORE_STATUSES, ScoreStatus
 from proofpool.infra.storage.s3 import (
     ChecksumMismatch,
     ObjectInfo,
@@ -64,6 +70,77 @@ def evidence_key(pool_id: int, work_key_hex: str, validator: str, *, review_of_b
     return f"pools/{pool_id}/evidence/{normalize_sha256(work_key_hex)}/{name}.json"
 
 
+def judged_key(pool_id: int, node: str, sha256_hex: str) -> str:
+    """`pools/{pool}/rollouts/{node}/{sha256}.judged.json`: beside the rollout file (`rollout_key`),
+    the accepting validator's judgement of each of its rows, for a pool whose scores are not
+    reproducible (`proofpool.core.environment.TaskEnvironment`)."""
+    return rollout_key(pool_id, node, sha256_hex).removesuffix(".parquet") + ".judged.json"
+
+
+JUDGED_FORMAT: Final = 1
+"""Version of the judgements document layout."""
+JUDGED_CONTENT_TYPE: Final = "application/json"
+
+
+class JudgementsError(ValueError):
+    """A judgements document that is not one (malformed, of another file, or not row for row)."""
+
+
+@dataclass(frozen=True)
+class JudgedRow:
+    """A validator's judgement of one row of a rollout file, in the file's row order."""
+
+    problem_id: str
+    group_id: int
+    reward: float
+    """The validator's reward, in [0, 1]: what the trainer trains on instead of the file's."""
+    status: ScoreStatus
+    """`inconclusive` rows are not trained on."""
+
+
+def judged_document(work_key_hex: str, validator: str, rows: Sequence[JudgedRow]) -> bytes:
+    """The canonical JSON of a file's judgements (sorted keys, no spaces)."""
+    document = {
+        "format": JUDGED_FORMAT,
+        "file_sha256": normalize_sha256(work_key_hex),
+        "validator": to_checksum_address(validator),
+        "rows": [
+            {"problem_id": r.problem_id, "group_id": r.group_id, "reward": r.reward, "status": r.status} for r in rows
+        ],
+    }
+    return json.dumps(document, sort_keys=True, separators=(",", ":")).encode()
+
+
+def read_judged(data: bytes, work_key_hex: str) -> tuple[JudgedRow, ...]:
+    """The rows of a judgements document of the file `work_key_hex`; `JudgementsError` otherwise."""
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise JudgementsError(f"judgements are not JSON: {exc}") from None
+    if not isinstance(document, dict) or document.get("format") != JUDGED_FORMAT:
+        raise JudgementsError(f"judgements are not of format {JUDGED_FORMAT}")
+    if document.get("file_sha256") != normalize_sha256(work_key_hex):
+        raise JudgementsError(f"judgements of file {document.get('file_sha256')!r}, not {work_key_hex}")
+    rows = document.get("rows")
+    if not isinstance(rows, list):
+        raise JudgementsError("judgements hold no list of rows")
+    return tuple(_judged_row(i, row) for i, row in enumerate(rows))
+
+
+def _judged_row(index: int, row: Any) -> JudgedRow:
+    if not isinstance(row, dict):
+        raise JudgementsError(f"judged row {index} is not an object")
+    problem_id, group_id, reward, status = (row.get(k) for k in ("problem_id", "group_id", "reward", "status"))
+    if not isinstance(problem_id, str) or isinstance(group_id, bool) or not isinstance(group_id, int):
+        raise JudgementsError(f"judged row {index} has no problem id or group id")
+    number = not isinstance(reward, bool) and isinstance(reward, int | float)
+    if not (number and math.isfinite(reward) and 0 <= reward <= 1):
+        raise JudgementsError(f"judged row {index} has reward {reward!r}, not a number in [0, 1]")
+    if status not in SCORE_STATUSES:
+        raise JudgementsError(f"judged row {index} has status {status!r} (expected one of {SCORE_STATUSES})")
+    return JudgedRow(problem_id, group_id, float(reward), status)
+
+
 def parse_rollout_key(key: str) -> RolloutKey:
     """The inverse of `rollout_key`; `ValueError` for keys outside the layout."""
     match = _ROLLOUT_KEY.fullmatch(key)
@@ -73,8 +150,12 @@ def parse_rollout_key(key: str) -> RolloutKey:
 
 
 __all__ = [
+    "JUDGED_CONTENT_TYPE",
+    "JUDGED_FORMAT",
     "ROLLOUT_CONTENT_TYPE",
     "ChecksumMismatch",
+    "JudgedRow",
+    "JudgementsError",
     "ObjectInfo",
     "ObjectNotFound",
     "ObjectStore",
@@ -86,9 +167,12 @@ __all__ = [
     "StorageError",
     "StorageUnavailable",
     "evidence_key",
+    "judged_document",
+    "judged_key",
     "normalize_sha256",
     "parse_rollout_key",
     "put_presigned",
+    "read_judged",
     "rollout_key",
     "sha256_b64",
 ]
