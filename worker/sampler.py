@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from vllm.v1.sample.logits_processor import BatchUpdate, LogitsProcessor, MoveDirectionality
 
+from proofpool.core.sampling import gumbel_kernel
 from proofpool.core.sampling.gumbel import sample_tokens
 
 if TYPE_CHECKING:
@@ -93,6 +94,9 @@ class GumbelMaxLogitsProcessor(LogitsProcessor):
 
     def __init__(self, vllm_config: VllmConfig, device: torch.device, is_pin_memory: bool) -> None:
         self._rows: dict[int, _Row] = {}  # persistent-batch index -> row state
+        # The sampler's numba kernels, compiled (or loaded from their cache) while the engine
+        # starts, not in the first decode step of the first batch.
+        gumbel_kernel.warm_up()
 
     @classmethod
     def validate_params(cls, sampling_params: SamplingParams) -> None:

@@ -14,15 +14,20 @@ The noise is counter-based, so no generator state exists (protocol constants, do
 
 All integer steps are mod 2**64 and bit-exact on every machine. Only 52 bits feed u (not 53):
 (k + 0.5) / 2**52 is exact in float64 for every 52-bit k, whereas a 53-bit k + 0.5 rounds the top
-value to u = 1 and g = inf. The two logs are numpy's float64 log (SIMD or libm by CPU) and may
-differ in the last ulp between CPUs; after rounding to float32 that almost never shows, and the
-verifier's tie tolerance absorbs it when it does.
+value to u = 1 and g = inf. The two logs are float64 logs, and which log computes them depends
+on the path: the compiled kernels (`gumbel_kernel`, used by `sample_tokens`, `score_blocks`,
+`batch_score_blocks`, `scores` and `gumbel_noise`) call the C library's `log` (glibc's on Linux,
+which itself picks an FMA or a plain variant by CPU), and the numpy reference
+(`reference_scores`, `reference_sample_tokens`) calls numpy's float64 log, which is that same libm
+`log` on CPUs without AVX-512 (bit-identical to the kernels there, tested) and numpy's own SIMD
+log on AVX-512 CPUs. Any two of these may differ in the last ulp of g before rounding to float32;
+that almost never survives the rounding, and the verifier's tie tolerance absorbs it when it does.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 from typing import Final
 
@@ -30,11 +35,21 @@ import numpy as np
 import numpy.typing as npt
 import torch
 
+from proofpool.core.sampling.gumbel_kernel import (
+    GOLDEN,
+    MIX1,
+    MIX2,
+    argmax_rows,
+    noise_rows,
+    row_keys,
+    score_rows,
+    stream_keys,
+)
+from proofpool.core.sampling.gumbel_kernel import bounds as _bounds
+
 _U64: Final = (1 << 64) - 1
-GOLDEN: Final = 0x9E3779B97F4A7C15
-"""splitmix64's increment (2**64 / golden ratio)."""
-_MIX1: Final = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2: Final = np.uint64(0x94D049BB133111EB)
+_MIX1: Final = np.uint64(MIX1)
+_MIX2: Final = np.uint64(MIX2)
 _BLOCK_ELEMENTS: Final = 1 << 18
 """Elements per block of noise. numpy, single-threaded, in place on 2 MB buffers that stay in
 cache: ~0.25 s for [256, 152000] on this 2-core CPU, and steady when other processes load the
@@ -54,12 +69,6 @@ def _fmix64_(z: U64Array, scratch: U64Array) -> U64Array:
     return z
 
 
-def _step_(z: U64Array, scratch: U64Array) -> U64Array:
-    """One splitmix64 output from state z, in place."""
-    np.add(z, np.uint64(GOLDEN), out=z)
-    return _fmix64_(z, scratch)
-
-
 def _check_stream(seed: int, sample_index: int) -> None:
     if not 0 <= seed <= _U64:
         raise ValueError(f"seed must be a uint64, got {seed}")
@@ -71,11 +80,7 @@ def _stream_keys(seeds: Sequence[int], sample_indices: Sequence[int]) -> U64Arra
     """uint64 [streams]: step(step(seed) ^ sample_index), the key of each (seed, sample) stream."""
     for seed, index in zip(seeds, sample_indices, strict=True):
         _check_stream(seed, index)
-    keys = np.array(seeds, dtype=np.uint64)
-    scratch = np.empty_like(keys)
-    _step_(keys, scratch)
-    keys ^= np.array(sample_indices, dtype=np.uint64)
-    return _step_(keys, scratch)
+    return stream_keys(np.array(seeds, dtype=np.uint64), np.array(sample_indices, dtype=np.uint64))
 
 
 def _positions(positions: torch.Tensor) -> npt.NDArray[np.int64]:
@@ -88,16 +93,15 @@ def _positions(positions: torch.Tensor) -> npt.NDArray[np.int64]:
     return pos
 
 
-def _row_keys(stream_keys: U64Array, positions: npt.NDArray[np.int64]) -> U64Array:
+def _row_keys(streams: U64Array, positions: npt.NDArray[np.int64]) -> U64Array:
     """uint64 [rows]: step(stream_key ^ position) per row (stream keys given per row)."""
-    keys = positions.astype(np.uint64) ^ stream_keys
-    return _step_(keys, np.empty_like(keys))
+    return row_keys(np.ascontiguousarray(streams), np.ascontiguousarray(positions, dtype=np.int64))
 
 
 def _sample_keys(seed: int, sample_index: int, positions: torch.Tensor) -> U64Array:
     """uint64 [n]: the per-(seed, sample, position) row keys of one sample."""
-    stream = _stream_keys([seed], [sample_index])
-    return _row_keys(stream, _positions(positions))
+    pos = _positions(positions)
+    return _row_keys(np.repeat(_stream_keys([seed], [sample_index]), pos.size), pos)
 
 
 def _noise_blocks(keys: U64Array, vocab_size: int) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
@@ -140,10 +144,11 @@ def gumbel_noise(seed: int, sample_index: int, positions: torch.Tensor, vocab_si
     `position` is the 0-based index of the token within the completion; `sample_index` is the
     row index of the sample within its rollout file.
     """
-    n = torch.as_tensor(positions).numel()
-    out = np.empty((n, vocab_size), dtype=np.float32)
-    for start, noise in _noise_blocks(_sample_keys(seed, sample_index, positions), vocab_size):
-        out[start : start + noise.shape[0]] = noise
+    if vocab_size < 1:
+        raise ValueError(f"vocab_size must be >= 1, got {vocab_size}")
+    keys = _sample_keys(seed, sample_index, positions)
+    out = np.empty((keys.size, vocab_size), dtype=np.float32)
+    noise_rows(keys, out)
     return torch.from_numpy(out)
 
 
@@ -177,7 +182,32 @@ def _score_blocks(
 ) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
     """Yield (first row, float32 [rows, vocab] perturbed scores): per row `logits / divisor + noise`,
     each a correctly rounded float32 operation, or the logits themselves where `greedy` (temperature
-    0; None: no such row). Yielded arrays may be reused buffers, valid until the next iteration."""
+    0; None: no such row). Yielded arrays may be reused buffers, valid until the next iteration.
+
+    The fused kernel (`gumbel_kernel.score_rows`); `_score_blocks_numpy` is its numpy reference."""
+    step = max(1, _BLOCK_ELEMENTS // vocab_size)
+    if greedy is not None and greedy.all():
+        for start in range(0, keys.size, step):
+            yield start, rows.take(start, min(keys.size, start + step))
+        return
+    flags = np.zeros(keys.size, dtype=np.bool_) if greedy is None else greedy
+    out = np.empty((min(step, keys.size), vocab_size), dtype=np.float32)
+    for start in range(0, keys.size, step):
+        stop = min(keys.size, start + step)
+        block = out[: stop - start]
+        base = np.ascontiguousarray(rows.take(start, stop))
+        score_rows(base, keys[start:stop], divisors[start:stop], flags[start:stop], block)
+        yield start, block
+
+
+def _score_blocks_numpy(
+    rows: _Rows,
+    vocab_size: int,
+    divisors: npt.NDArray[np.float32],
+    greedy: npt.NDArray[np.bool_] | None,
+    keys: U64Array,
+) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+    """`_score_blocks` in numpy, one operation per pass over a block (the reference definition)."""
     if greedy is not None and greedy.all():
         step = max(1, _BLOCK_ELEMENTS // vocab_size)
         for start in range(0, keys.size, step):
@@ -208,6 +238,14 @@ def score_blocks(
     rounded float32 operation (no multiplication by a reciprocal). Each yielded array is a reused
     buffer, valid until the next iteration.
     """
+    yield from _sample_score_blocks(_score_blocks, logits, temperature, seed, sample_index, positions)
+
+
+def _sample_rows(
+    logits: torch.Tensor, temperature: float, seed: int, sample_index: int, positions: torch.Tensor
+) -> tuple[npt.NDArray[np.float32], U64Array, npt.NDArray[np.float32]]:
+    """Checked inputs of one sample: (float32 [n, vocab] logits, uint64 [n] row keys, float32 [n]
+    divisors: the temperature rounded to float32, 1 where it is 0)."""
     if logits.dim() != 2:
         raise ValueError(f"logits must be 2-D [n, vocab], got shape {tuple(logits.shape)}")
     if temperature < 0:
@@ -218,9 +256,21 @@ def score_blocks(
     keys = _sample_keys(seed, sample_index, positions)
     if logits.shape[1] < 1:
         raise ValueError(f"vocab_size must be >= 1, got {logits.shape[1]}")
-    rows = _Rows([logits.detach().to(device="cpu", dtype=torch.float32).numpy()])
-    divisors = np.full(n, temperature if temperature != 0 else 1.0, dtype=np.float32)
-    yield from _score_blocks(rows, logits.shape[1], divisors, np.ones(n, bool) if temperature == 0 else None, keys)
+    rows = logits.detach().to(device="cpu", dtype=torch.float32).numpy()
+    return rows, keys, np.full(n, temperature if temperature != 0 else 1.0, dtype=np.float32)
+
+
+def _sample_score_blocks(
+    blocks: Callable[..., Iterator[tuple[int, npt.NDArray[np.float32]]]],
+    logits: torch.Tensor,
+    temperature: float,
+    seed: int,
+    sample_index: int,
+    positions: torch.Tensor,
+) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+    rows, keys, divisors = _sample_rows(logits, temperature, seed, sample_index, positions)
+    greedy = np.ones(keys.size, bool) if temperature == 0 else None
+    yield from blocks(_Rows([rows]), logits.shape[1], divisors, greedy, keys)
 
 
 def batch_score_blocks(
@@ -274,8 +324,31 @@ def sample_tokens(
     logits: torch.Tensor, temperature: float, seed: int, sample_index: int, positions: torch.Tensor
 ) -> torch.Tensor:
     """int64 [n]: argmax(logits.float() / temperature + gumbel_noise(...)) per row; temperature == 0
-    means plain argmax (the first maximal index on exact ties, as torch and numpy both do)."""
-    out = np.empty(logits.shape[0], dtype=np.int64)
-    for start, block in score_blocks(logits, temperature, seed, sample_index, positions):
-        out[start : start + block.shape[0]] = block.argmax(axis=1)
+    means plain argmax (the first maximal index on exact ties, as torch and numpy both do; the
+    first NaN if a row has one, as numpy does).
+
+    One fused pass per row (`gumbel_kernel.argmax_rows`), the same index as
+    `reference_sample_tokens`; call `gumbel_kernel.warm_up()` at start to keep its one-off
+    compile (or cache load) out of the first call."""
+    rows, keys, divisors = _sample_rows(logits, temperature, seed, sample_index, positions)
+    greedy = np.full(keys.size, temperature == 0)
+    return torch.from_numpy(argmax_rows(np.ascontiguousarray(rows), keys, divisors, greedy, _bounds()))
+
+
+def reference_scores(
+    logits: torch.Tensor, temperature: float, seed: int, sample_index: int, positions: torch.Tensor
+) -> torch.Tensor:
+    """`scores` computed by the numpy reference (`_score_blocks_numpy`), which the kernels match bit
+    for bit; for tests and benchmarks."""
+    out = np.empty(tuple(logits.shape), dtype=np.float32)
+    for start, block in _sample_score_blocks(_score_blocks_numpy, logits, temperature, seed, sample_index, positions):
+        out[start : start + block.shape[0]] = block
     return torch.from_numpy(out)
+
+
+def reference_sample_tokens(
+    logits: torch.Tensor, temperature: float, seed: int, sample_index: int, positions: torch.Tensor
+) -> torch.Tensor:
+    """`sample_tokens` computed by the numpy reference: numpy's argmax of `reference_scores`."""
+    reference = reference_scores(logits, temperature, seed, sample_index, positions).numpy()
+    return torch.from_numpy(reference.argmax(axis=1))
