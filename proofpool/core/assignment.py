@@ -9,10 +9,10 @@ recompute the seed a node was told to use and check its rollouts against it.
 from __future__ import annotations
 
 import hashlib
+import struct
 from dataclasses import dataclass, replace
 from typing import Final
 
-import numpy as np
 from eth_utils import to_canonical_address
 
 from proofpool.core.environment import Taskset
@@ -55,7 +55,9 @@ class AssignmentConfig:
         if not MIN_TEMPERATURE <= self.temperature <= MAX_TEMPERATURE:
             raise ValueError(f"temperature must be in {MIN_TEMPERATURE}..{MAX_TEMPERATURE}, got {self.temperature}")
         # The value every party compares: rows store float32, so the pool's setting is rounded alike.
-        object.__setattr__(self, "temperature", float(np.float32(self.temperature)))
+        # (struct's "f" is C's double-to-float conversion, numpy's float32 rounding, without numpy:
+        # the base install, which creates pools, has none.)
+        object.__setattr__(self, "temperature", struct.unpack("f", struct.pack("f", self.temperature))[0])
 
     def with_overrides(
         self,
