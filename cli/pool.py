@@ -22,9 +22,10 @@ from proofpool.cli.common import (
 )
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.core.spec import NO_SPEC
 from proofpool.envs import spec_commitment
 from proofpool.infra.chain.accounts import load_account
-from proofpool.infra.chain.bindings import NO_SPEC, PoolParams
+from proofpool.infra.chain.bindings import PoolParams
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.signing import sign_invite
 from proofpool.infra.chain.units import format_pool, parse_pool

@@ -80,15 +80,13 @@ class DrillEnvironment(Protocol):
         ...
 
 
-def drill_environment(model_uri: str, spec_sha256: bytes | None = None) -> DrillEnvironment:
-    """The environment of a pool created with `model_uri` (and, given, its on-chain `specSha256`,
-    checked against the URI as every role does), if the cheats can run on it."""
-    from proofpool.envs import check_spec_commitment, environment_for
+def drill_environment(model_uri: str, spec_sha256: bytes) -> DrillEnvironment:
+    """The environment of a pool created with `model_uri` and on-chain `specSha256`, reached as every
+    role reaches it (`proofpool.envs.pool_environment`), if the cheats can run on it."""
+    from proofpool.envs import pool_environment
     from proofpool.envs.tokenized import ModelEnvironment
 
-    if spec_sha256 is not None:
-        check_spec_commitment(model_uri, spec_sha256)
-    environment = environment_for(model_uri)
+    environment = pool_environment(model_uri, spec_sha256)
     if isinstance(environment, ModelEnvironment):
         from proofpool.devnet.model_drill import ModelDrill
 

@@ -37,6 +37,9 @@ from proofpool.core.assignment import MAX_COMPLETION_TOKENS, MAX_TEMPERATURE, MI
 from proofpool.core.errors import ProofpoolError
 
 SPEC_VERSION: Final = 1
+NO_SPEC: Final = bytes(32)
+"""The `specSha256` of a pool without a spec (any model URI but `spec://`): on-chain, in the
+indexer's tables and in every rollout file for such a pool."""
 MAX_PROMPT_TOKENS: Final = 131_072
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 

@@ -16,6 +16,7 @@ its files, so nobody is slashed over it.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 from functools import lru_cache
 from importlib.metadata import entry_points
@@ -25,12 +26,15 @@ from typing import Final
 from proofpool.core.assignment import DEFAULT_ASSIGNMENT, AssignmentConfig
 from proofpool.core.environment import Environment, Progress
 from proofpool.core.errors import ProofpoolError
+from proofpool.core.spec import NO_SPEC
 
 ENTRY_POINT_GROUP: Final = "proofpool.environments"
 SPEC_SCHEME: Final = "spec"
 """The scheme of a pool that runs a pool spec: `spec://<sha256 of the spec>` (`proofpool.envs.published`)."""
-NO_SPEC: Final = bytes(32)
-"""The on-chain `specSha256` of a pool without a spec (any scheme but `spec://`)."""
+
+
+_LOADING: Final = threading.RLock()
+"""Held while an environment loads (`environment_for`)."""
 
 
 class UnknownEnvironment(ProofpoolError):
@@ -54,9 +58,25 @@ def installed() -> dict[str, str]:
     return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
 
 
-@lru_cache(maxsize=32)
 def environment_for(model_uri: str) -> Environment:
-    """The environment of a pool created with `model_uri` (loaded once per URI and process)."""
+    """The environment of a pool created with `model_uri` (loaded once per URI and process).
+
+    Loads are serialized: the backend builds environments in worker threads, and two first loads of
+    one spec pool at once would download into the same cache directory and import transformers from
+    two threads (which can fail with "cannot import name"). A load that fails is not cached."""
+    with _LOADING:
+        return _load_environment(model_uri)
+
+
+def forget_environments() -> None:
+    """Forget every loaded environment, so the next `environment_for` loads afresh (for a process
+    whose store or settings changed what a URI resolves to)."""
+    with _LOADING:
+        _load_environment.cache_clear()
+
+
+@lru_cache(maxsize=32)
+def _load_environment(model_uri: str) -> Environment:
     wanted = scheme(model_uri)
     if wanted == SPEC_SCHEME:
         return _spec_pool(model_uri)

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Final
 
 from proofpool.core.environment import Progress
-from proofpool.core.spec import PoolSpec, SpecError, canonical_json, ids_sha256, parse_spec, sha256_hex
-from proofpool.envs import NO_SPEC, SPEC_SCHEME
+from proofpool.core.spec import NO_SPEC, PoolSpec, SpecError, canonical_json, ids_sha256, parse_spec, sha256_hex
+from proofpool.envs import SPEC_SCHEME
 from proofpool.envs.spec import spec_environment
 from proofpool.envs.tokenized import ModelEnvironment
 from proofpool.infra.checkpoint.fetch import ensure_checkpoint

@@ -18,8 +18,9 @@ from proofpool.backend.indexer.verify import COMPARED_TABLES, NOT_COMPARED, veri
 from proofpool.cli.main import app
 from typer.testing import CliRunner
 
+from proofpool.core.spec import NO_SPEC
 from proofpool.infra import db
-from proofpool.infra.chain.bindings import NO_SPEC, PoolParams
+from proofpool.infra.chain.bindings import PoolParams
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.deploy import write_address_book
 from proofpool.infra.config import REPO_ROOT

@@ -12,7 +12,7 @@ import pytest
 from proofpool.devnet.tiny_model import build_tiny_qwen3
 
 from proofpool.core.spec import PoolSpec, SpecError
-from proofpool.envs import environment_for
+from proofpool.envs import environment_for, forget_environments
 from proofpool.envs.published import (
     fetch_spec,
     indices_key,
@@ -65,7 +65,7 @@ def test_every_role_resolves_a_spec_uri_with_its_settings(
     for name, value in {**seaweed.env(), "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(tmp_path / "cache")}.items():
         monkeypatch.setenv(name, value)
     get_settings.cache_clear()
-    environment_for.cache_clear()
+    forget_environments()
     try:
         uri = spec_uri(stored.sha256())
         assert spec_hash_of(uri.upper().replace("SPEC", "spec")) == stored.sha256()
@@ -74,7 +74,7 @@ def test_every_role_resolves_a_spec_uri_with_its_settings(
         assert environment.base_model(uri).is_relative_to(tmp_path / "cache")
     finally:
         get_settings.cache_clear()
-        environment_for.cache_clear()
+        forget_environments()
 
 
 def test_a_tampered_spec_or_index_list_is_refused(object_store: ObjectStore, model: Path) -> None:
@@ -133,7 +133,7 @@ def test_pool_create_with_a_spec_commits_its_hash_on_chain(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     get_settings.cache_clear()
-    environment_for.cache_clear()
+    forget_environments()
     snapshot = anvil.rpc("evm_snapshot")
     runner = CliRunner()
     try:
@@ -154,4 +154,4 @@ def test_pool_create_with_a_spec_commits_its_hash_on_chain(
     finally:
         anvil.rpc("evm_revert", [snapshot])
         get_settings.cache_clear()
-        environment_for.cache_clear()
+        forget_environments()

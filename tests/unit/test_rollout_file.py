@@ -28,9 +28,9 @@ from proofpool.core.rollout.schema import (
     META_POOL_ID,
     META_SCHEMA_VERSION,
     META_SPEC_SHA256,
-    NO_SPEC,
     SCHEMA_VERSION,
 )
+from proofpool.core.spec import NO_SPEC
 
 NODE = "0x" + "ab" * 20
 SPEC = hashlib.sha256(b"a pool spec").digest()

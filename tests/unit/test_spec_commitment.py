@@ -11,9 +11,8 @@ from types import SimpleNamespace
 import pytest
 from proofpool_arithmetic import ENVIRONMENT
 
-from proofpool.core.spec import SpecError
+from proofpool.core.spec import NO_SPEC, SpecError
 from proofpool.envs import (
-    NO_SPEC,
     check_spec_commitment,
     environment_spec_sha256,
     pool_environment,
@@ -191,3 +190,38 @@ def test_pool_create_commits_the_spec_hash_its_model_uri_names(
     [params] = sent
     assert (params.model_uri, params.spec_sha256) == (uri, spec)
     check_spec_commitment(params.model_uri, params.spec_sha256)
+
+
+def test_concurrent_first_loads_of_one_pool_build_its_environment_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The backend loads environments in worker threads: two heartbeats of a new pool at once must
+    not build (download, import) it twice at the same time."""
+    import threading
+    import time
+
+    import proofpool.envs as envs
+
+    builds: list[str] = []
+    inside = threading.Event()
+
+    def slow_spec_pool(model_uri: str) -> object:
+        assert not inside.is_set(), "two loads ran at once"
+        inside.set()
+        time.sleep(0.2)
+        builds.append(model_uri)
+        inside.clear()
+        return ENVIRONMENT
+
+    monkeypatch.setattr(envs, "_spec_pool", slow_spec_pool)
+    envs.forget_environments()
+    uri = "spec://" + "ab" * 32
+    try:
+        results: list[object] = []
+        threads = [threading.Thread(target=lambda: results.append(envs.environment_for(uri))) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=10)
+        assert results == [ENVIRONMENT] * 4
+        assert builds == [uri]
+    finally:
+        envs.forget_environments()

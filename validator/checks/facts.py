@@ -14,7 +14,8 @@ from typing import Any, Final
 
 from proofpool.core.assignment import DEFAULT_ASSIGNMENT, MAX_TEMPERATURE, MIN_TEMPERATURE
 from proofpool.core.environment import Environment, Taskset
-from proofpool.envs import NO_SPEC, environment_spec_sha256
+from proofpool.core.spec import NO_SPEC
+from proofpool.envs import environment_spec_sha256
 
 MIB: Final = 2**20
 

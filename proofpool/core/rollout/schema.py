@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.core.spec import NO_SPEC
 
 SCHEMA_VERSION: Final = 2
 
@@ -33,8 +34,6 @@ META_SPEC_SHA256: Final = b"proofpool.spec_sha256"
 a `spec://` pool runs, 64 zeros for a pool without a spec."""
 METADATA_KEYS: Final = (META_POOL_ID, META_NODE, META_SCHEMA_VERSION, META_SPEC_SHA256)
 
-NO_SPEC: Final = bytes(32)
-"""The spec hash of a file for a pool without a spec."""
 
 ROLLOUT_SCHEMA: Final = pa.schema(
     [

@@ -185,11 +185,10 @@ def _score_blocks(
     0; None: no such row). Yielded arrays may be reused buffers, valid until the next iteration.
 
     The fused kernel (`gumbel_kernel.score_rows`); `_score_blocks_numpy` is its numpy reference."""
-    step = max(1, _BLOCK_ELEMENTS // vocab_size)
     if greedy is not None and greedy.all():
-        for start in range(0, keys.size, step):
-            yield start, rows.take(start, min(keys.size, start + step))
+        yield from _greedy_blocks(rows, vocab_size, keys.size)
         return
+    step = max(1, _BLOCK_ELEMENTS // vocab_size)
     flags = np.zeros(keys.size, dtype=np.bool_) if greedy is None else greedy
     out = np.empty((min(step, keys.size), vocab_size), dtype=np.float32)
     for start in range(0, keys.size, step):
@@ -198,6 +197,13 @@ def _score_blocks(
         base = np.ascontiguousarray(rows.take(start, stop))
         score_rows(base, keys[start:stop], divisors[start:stop], flags[start:stop], block)
         yield start, block
+
+
+def _greedy_blocks(rows: _Rows, vocab_size: int, n_rows: int) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
+    """The blocks of a batch whose every row is greedy (temperature 0): the logits, unperturbed."""
+    step = max(1, _BLOCK_ELEMENTS // vocab_size)
+    for start in range(0, n_rows, step):
+        yield start, rows.take(start, min(n_rows, start + step))
 
 
 def _score_blocks_numpy(
@@ -209,9 +215,7 @@ def _score_blocks_numpy(
 ) -> Iterator[tuple[int, npt.NDArray[np.float32]]]:
     """`_score_blocks` in numpy, one operation per pass over a block (the reference definition)."""
     if greedy is not None and greedy.all():
-        step = max(1, _BLOCK_ELEMENTS // vocab_size)
-        for start in range(0, keys.size, step):
-            yield start, rows.take(start, min(keys.size, start + step))
+        yield from _greedy_blocks(rows, vocab_size, keys.size)
         return
     out: npt.NDArray[np.float32] | None = None
     for start, noise in _noise_blocks(keys, vocab_size):

@@ -18,6 +18,7 @@ from web3 import Web3
 from web3.contract.contract import ContractFunction
 from web3.types import TxReceipt
 
+from proofpool.core.spec import NO_SPEC
 from proofpool.infra.chain.artifacts import load_artifact
 from proofpool.infra.chain.calls import AbiFunction
 from proofpool.infra.chain.deploy import role_hash
@@ -57,10 +58,6 @@ class WorkStatus(IntEnum):
     FORFEITED = 5
     REJECTED = 6
     EXPIRED = 7
-
-
-NO_SPEC = bytes(32)
-"""The `specSha256` of a pool without a pool spec (the devnet's `devnet://` pools)."""
 
 
 @dataclass(frozen=True)
