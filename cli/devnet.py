@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 from proofpool.cli.common import needs_extra
+from proofpool.devnet.market import PROVIDER_NAMES, VALIDATOR_NAMES
 from rich.console import Console
 
 from proofpool.infra.config import get_settings
@@ -30,10 +31,22 @@ def run(
     cheat: Annotated[
         str,
         typer.Option(
-            help=f"How the fourth worker cheats: {', '.join(CHEATS)} (none: four honest workers).",
+            help=f"How the last worker cheats: {', '.join(CHEATS)} (none: every worker honest).",
         ),
     ] = "other-model",
     samples_per_step: Annotated[int, typer.Option(min=1, help="Accepted samples per trainer step.")] = 256,
+    workers: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=len(PROVIDER_NAMES),
+            help=f"Providers running a node ({', '.join(PROVIDER_NAMES)}, in order); the last one cheats. "
+            "Fewer workers leave a 2-core machine to a real model's engines.",
+        ),
+    ] = len(PROVIDER_NAMES),
+    validators: Annotated[
+        int, typer.Option(min=1, max=len(VALIDATOR_NAMES), help="Validator processes, each a Celery worker.")
+    ] = len(VALIDATOR_NAMES),
     out_dir: Annotated[
         Path | None,
         typer.Option(help="Logs, state, report.json and reward.png (wiped first). Default: $PROOFPOOL_STATE_DIR/run."),
@@ -98,9 +111,10 @@ def run(
 
     Starts anvil (contracts deployed, a pool created and funded), SeaweedFS, a fresh database,
     the backend, the indexer, two validators, the trainer and four workers (three honest, one
-    cheater). Ends with the reward curve, a ledger table per provider and per validator, and
-    exits 1 unless the cheater was slashed and ejected and no honest node was. Every process
-    it started is stopped on the way out, also on Ctrl-C (then the exit code is 130).
+    cheater; --workers and --validators take fewer). Ends with the reward curve, a ledger table per
+    provider and per validator, and exits 1 unless the cheater was slashed and ejected and no honest
+    node was. Every process it started is stopped on the way out, also on Ctrl-C (then the exit
+    code is 130).
 
     With --model DIR --env ENV the pool runs ENV's problems on that model instead: its spec is
     built here (golden vectors rendered and scored), published with the model to the object store,
@@ -112,6 +126,8 @@ def run(
 
     if cheat not in CHEATS:
         raise typer.BadParameter(f"--cheat must be one of {', '.join(CHEATS)}, not {cheat!r}")
+    if cheat != "none" and workers < 2:
+        raise typer.BadParameter("a cheater needs an honest node beside it: --workers 2 or more, or --cheat none")
     if (model is None) != (env is None):
         raise typer.BadParameter("--model and --env go together: a model pool needs both", param_hint="--model/--env")
     if env_config is not None and env is None:
@@ -141,6 +157,8 @@ def run(
         verdict_timeout=verdict_timeout,
         model_pool=model_pool,
         heldout_problems=heldout_problems,
+        workers=workers,
+        validators=validators,
     )
     console = Console()
     console = console if console.is_terminal else Console(width=140)

@@ -12,8 +12,9 @@ from functools import partial
 
 from eth_account.signers.local import LocalAccount
 
+from proofpool.core.spec import NO_SPEC
 from proofpool.infra.chain.anvil import anvil_account
-from proofpool.infra.chain.bindings import NO_SPEC, PoolParams
+from proofpool.infra.chain.bindings import PoolParams
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.deploy import grant_validator
 from proofpool.infra.chain.tx import TxSender
@@ -26,6 +27,9 @@ NODE_COMPUTE_UNITS = 4
 """Compute units each devnet node is registered with."""
 NODE_GAS_MONEY = 10**18
 """Wei a devnet provider sends its node for `submitWork` gas (1 ETH)."""
+PROVIDER_NAMES = ("alice", "bob", "carol", "dave")
+"""The devnet's providers, each with one node (`<name>_node`), in the order runs take them."""
+VALIDATOR_NAMES = ("validator", "validator2")
 
 
 @dataclass
@@ -51,11 +55,10 @@ class Cast:
 
     def providers(self) -> list[tuple[str, LocalAccount, LocalAccount]]:
         """(name, provider, node) of the four devnet providers, each with one node."""
-        names = ("alice", "bob", "carol", "dave")
-        return [(name, getattr(self, name), getattr(self, f"{name}_node")) for name in names]
+        return [(name, getattr(self, name), getattr(self, f"{name}_node")) for name in PROVIDER_NAMES]
 
     def validators(self) -> list[tuple[str, LocalAccount]]:
-        return [("validator", self.validator), ("validator2", self.validator2)]
+        return [(name, getattr(self, name)) for name in VALIDATOR_NAMES]
 
 
 def devnet_pool_params(cast: Cast, dispute_window: int = 3600) -> PoolParams:

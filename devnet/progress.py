@@ -133,6 +133,7 @@ def read_snapshot(stack: DevnetStack, run: DevnetRun) -> Snapshot:
             + _credited(rewards, account.address, "slash_share"),
         )
         for name, account in stack.cast.validators()
+        if name in run.validators
     ]
     metrics = run.config.out_dir / "metrics.csv"
     return Snapshot(

@@ -26,7 +26,15 @@ from typing import TYPE_CHECKING, Any
 import redis
 from proofpool.devnet.adversary import CheatMode, drill_environment, other_model
 from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
-from proofpool.devnet.market import DEVNET_MODEL_URI, NODE_COMPUTE_UNITS, PROVIDER_STAKE, onboard_node, time_travel
+from proofpool.devnet.market import (
+    DEVNET_MODEL_URI,
+    NODE_COMPUTE_UNITS,
+    PROVIDER_NAMES,
+    PROVIDER_STAKE,
+    VALIDATOR_NAMES,
+    onboard_node,
+    time_travel,
+)
 from proofpool.devnet.progress import Snapshot, live_table, read_snapshot, status_line
 from proofpool.devnet.report import (
     Outcome,
@@ -37,12 +45,13 @@ from proofpool.devnet.report import (
     validator_table,
     write_json,
 )
-from proofpool.devnet.services import Service, ServiceFailed, stop_all
+from proofpool.devnet.services import Service, ServiceFailed, cpu_shares, stop_all, thread_environment
 from proofpool.devnet.stack import DevnetStack, start_stack
 from rich.console import Console
 from rich.live import Live
 
 from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.core.spec import NO_SPEC
 from proofpool.envs import resolve_base_model
 from proofpool.envs.published import publish_spec, spec_uri
 from proofpool.infra import db
@@ -116,6 +125,18 @@ class DevnetConfig:
     """None: the arithmetic pool on the devnet's tiny Llama (`DEVNET_MODEL_URI`)."""
     heldout_problems: int = 64
     """Held-out problems the trainer evaluates each checkpoint on (0: none)."""
+    workers: int = 4
+    """Providers that run a node (alice, bob, carol, dave, in that order); the last one cheats."""
+    validators: int = 2
+    """Validator processes (validator, validator2)."""
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.workers <= len(PROVIDER_NAMES):
+            raise ValueError(f"workers must be 1 to {len(PROVIDER_NAMES)}, not {self.workers}")
+        if not 1 <= self.validators <= len(VALIDATOR_NAMES):
+            raise ValueError(f"validators must be 1 to {len(VALIDATOR_NAMES)}, not {self.validators}")
+        if self.cheat and self.workers < 2:
+            raise ValueError("a run with a cheater needs at least 2 workers: the cheater and an honest node")
 
 
 @dataclass
@@ -233,7 +254,9 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
     for _name, provider, _node in cast.providers():
         if admin.token.balance_of(provider.address) < PROVIDER_STAKE:
             admin.token.mint(provider.address, 10_000 * TOKEN)
-    for name, validator in cast.validators():
+    validators, providers = cast.validators()[: config.validators], cast.providers()[: config.workers]
+    shares = cpu_shares([*(name for name, _ in validators), "trainer", *(name for name, _, _ in providers)])
+    for name, validator in validators:
         if not admin.pool.has_role("VALIDATOR_ROLE", validator.address):
             grant_validator(admin.w3, TxSender(admin.w3, cast.admin), admin.book, validator.address)
         port = free_port()
@@ -246,7 +269,8 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
                 # A validator killed mid-task holds its claim this long before another takes over.
                 "PROOFPOOL_VALIDATOR_LEASE": "60",
                 "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name),
-            },
+            }
+            | thread_environment(shares[name]),
         )
     say(f"validators {', '.join(run.validators)} started (Celery worker processes)")
     run.trainer = stack.spawn(
@@ -260,10 +284,10 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
         {
             "PROOFPOOL_PRIVATE_KEY": cast.manager.key.hex(),
             "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / "trainer"),
-        },
+        }
+        | thread_environment(shares["trainer"]),
     )
     say(f"trainer started: {config.steps} steps of >= {config.samples_per_step} accepted samples")
-    providers = cast.providers()
     run.cheater = providers[-1][0] if config.cheat else None
     for name, provider, node in providers:
         onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS, pools=(pool,))
@@ -276,7 +300,8 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
         run.workers[name] = stack.spawn(
             f"worker-{name}",
             args,
-            {"PROOFPOOL_NODE_KEY": node.key.hex(), "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name)},
+            {"PROOFPOOL_NODE_KEY": node.key.hex(), "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name)}
+            | thread_environment(shares[name], vllm=True),
         )
     honest = [name for name in run.workers if name != run.cheater]
     cheating = f", {run.cheater}'s node cheats ({config.cheat})" if run.cheater else ""
@@ -379,7 +404,7 @@ def _run_devnet(config: DevnetConfig, console: Console, verify: Verify | None, d
         # model pool's cheater draws its variant itself: an initialization, seconds.)
         say(f"devnet model: {resolve_base_model(DEVNET_MODEL_URI, progress=say)}")
         if config.cheat == CheatMode.OTHER_MODEL:
-            say(f"the cheater's model: {other_model(drill_environment(DEVNET_MODEL_URI), progress=say)}")
+            say(f"the cheater's model: {other_model(drill_environment(DEVNET_MODEL_URI, NO_SPEC), progress=say)}")
     with market(config, say, spec) as (stack, store):
         run = start_loop(config, stack, say)
         try:

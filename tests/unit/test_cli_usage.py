@@ -47,3 +47,16 @@ def test_a_model_pool_refuses_a_directory_without_a_model(tmp_path: Path) -> Non
 def test_env_config_needs_env() -> None:
     done = _devnet_run("--env-config", '{"seed": 1}')
     assert done.returncode == 2 and "--env-config needs --env" in done.stderr
+
+
+def test_a_cheater_needs_an_honest_worker_beside_it() -> None:
+    done = _devnet_run("--workers", "1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "a cheater needs an honest node beside it" in done.stderr
+
+
+def test_worker_and_validator_counts_are_bounded() -> None:
+    for args in (("--workers", "5"), ("--validators", "0"), ("--validators", "3")):
+        done = _devnet_run(*args)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, args
+        assert f"Invalid value for '{args[0]}'" in done.stderr, (args, done.stderr)

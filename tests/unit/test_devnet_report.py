@@ -6,8 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from proofpool.devnet.progress import Snapshot
 from proofpool.devnet.report import Outcome, heldout_curve, reward_curve, write_json
+from proofpool.devnet.run import DevnetConfig
 from proofpool.trainer.heldout import HeldOutScore
 
 
@@ -55,3 +57,11 @@ def test_without_an_evaluation_the_report_has_no_held_out_line(tmp_path: Path) -
     assert heldout_curve(snapshot) == ""
     write_json(tmp_path / "report.json", snapshot, Outcome([], True), {})
     assert json.loads((tmp_path / "report.json").read_text())["heldout_by_version"] == []
+
+
+def test_devnet_config_bounds_its_workers_and_validators(tmp_path: Path) -> None:
+    assert DevnetConfig(tmp_path, workers=2, validators=1).workers == 2
+    assert DevnetConfig(tmp_path, cheat=None, workers=1).workers == 1
+    for kwargs in ({"workers": 1}, {"workers": 5}, {"validators": 0}, {"validators": 3}):
+        with pytest.raises(ValueError, match=r"workers|validators|cheater"):
+            DevnetConfig(tmp_path, **kwargs)
