@@ -265,6 +265,25 @@ def test_a_pool_whose_environment_is_not_installed_gets_a_503_and_the_node_keeps
     assert work is not None and work["batch"] == 0
 
 
+def test_a_pool_whose_spec_hash_disagrees_with_its_model_uri_gets_a_503_and_no_work(api: ApiHarness) -> None:
+    """A pool that committed on-chain to a spec hash its model URI does not name (or the reverse) is
+    served to no one: no assignment, and the node keeps its place for when the pool is put right."""
+    node, _ = member(api)
+    api.conn.execute("UPDATE pools SET spec_sha256 = %s WHERE pool_id = 1", (b"\x01" * 32,))
+    refused = api.signed(node, "POST", "/v1/heartbeat", {})
+    assert refused.status_code == 503, refused.text
+    assert refused.json()["error"] == "environment_unavailable"
+    assert "committed on-chain to specSha256 0x" + "01" * 32 in refused.json()["detail"]
+    api.conn.execute(
+        "UPDATE pools SET model_uri = %s, spec_sha256 = %s WHERE pool_id = 1", ("spec://" + "ab" * 32, bytes(32))
+    )
+    refused = api.signed(node, "POST", "/v1/heartbeat", {})
+    assert refused.status_code == 503 and "no spec (specSha256 is zero)" in refused.json()["detail"]
+    api.conn.execute("UPDATE pools SET model_uri = 'devnet://back', spec_sha256 = %s WHERE pool_id = 1", (bytes(32),))
+    work = api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"]
+    assert work is not None and work["batch"] == 0
+
+
 @pytest.mark.parametrize(
     "state, blacklisted, pool_status, expected",
     [
