@@ -10,7 +10,7 @@ recomputed. Honest files report:
 
 - the import, engine start, generation (tokens/s) and proof overhead;
 - the validator's recomputation time against generation (the spot-check ratio a pool can afford);
-- the honest margins on a real model: the widest sampling gap against the tie tolerance (0.5),
+- the honest margins on a real model: the widest sampling gap against the tie tolerance,
   tolerated ties, the worst TOPLOC chunk, rows rechecked in float32, and every rejected file (an
   honest file rejected is a false positive: there must be none).
 

@@ -379,13 +379,15 @@ def test_different_temperature_fails_sampling(world: World) -> None:
     """Honest tokens and proofs, but the file claims another temperature than was sampled with.
 
     Per sample this is only detectable where the claimed temperature would have picked other
-    tokens (beyond the tie tolerance); a file of many samples is rejected all the same.
+    tokens (beyond the tie tolerance); a file of many samples is rejected all the same. At the
+    tie tolerance of 1.0 logit units 7% of these short samples are caught (over 10% at 0.5), so a
+    64-row file escapes with chance 0.93**64, about 1%; at least 5% is required here.
     """
     claimed = [dataclasses.replace(s, temperature=0.5) for s in honest_subset(world)]
     verdicts = judge(world, claimed)
     row = record(world, "temperature 1.0 claimed as 0.5", "sampling_mismatch", verdicts)
     assert set(row.reasons) == {"sampling_mismatch"}, row.reasons
-    assert row.rejected >= 0.1 * row.samples
+    assert row.rejected >= 0.05 * row.samples
 
 
 @pytest.mark.parametrize(

@@ -85,7 +85,7 @@ def test_flip_probability_follows_the_gap_and_the_temperature() -> None:
                 continue  # exactly tied in float32: argmax may be either, flip_probs still 1/2
             assert check.flip_probs == pytest.approx((0.5 * math.exp(-d / DEFAULT_TIE_NOISE_SCALE),), rel=1e-3)
         logits = base.clone()
-        logits[0, other] += float((row[best] - row[other]) * scale) - 0.6
+        logits[0, other] += float((row[best] - row[other]) * scale) - 1.2 * DEFAULT_TIE_TOLERANCE
         assert verify(logits, [best], temperature, 3, 0, {EOS}, 1).near_ties == 0
 
 
