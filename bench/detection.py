@@ -55,6 +55,7 @@ from proofpool_arithmetic.task import Problem, generate_problems
 from proofpool_arithmetic.tokenizer import EOS_ID, encode_text
 from proofpool_arithmetic.warmup import WarmupSpec, train
 
+from bench.weights import int8_round_trip
 from proofpool.core.rollout import RolloutSample
 from proofpool.core.sampling import DEFAULT_TIE_TOLERANCE, SamplingInput, scores, verify_batch
 from proofpool.core.sampling.ties import DEFAULT_TIE_ALPHA, tie_test
@@ -241,12 +242,7 @@ def neighbor_checkpoint(path: Path, steps: int) -> Any:
 def int8_copy(path: Path) -> Any:
     """The weights quantized to int8 per output channel (symmetric, absmax) and dequantized."""
     model = load_model(path, "fp32")
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.Linear):
-                w = module.weight
-                step = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
-                w.copy_((w / step).round().clamp(-127, 127) * step)
+    int8_round_trip(model)
     return model.to(torch.bfloat16).eval()
 
 

@@ -56,6 +56,7 @@ from proofpool.worker.engine import EngineConfig, InferenceEngine
 from proofpool.worker.rollout import RolloutFile, plan_batch, rollout_samples, work_units
 
 from bench.market import emit
+from bench.weights import int8_round_trip
 from proofpool.core.assignment import sampling_seed, task_ids
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.core.sampling.verify import DEFAULT_TIE_TOLERANCE
@@ -155,16 +156,6 @@ def weights_variant(base: Path, target: Path, change: Callable[[torch.nn.Module]
         if (base / name).is_file():
             shutil.copy2(base / name, target / name)
     return target
-
-
-def int8_round_trip(model: torch.nn.Module) -> None:
-    """Every linear layer quantized to int8 per output channel (symmetric, absmax) and back."""
-    with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.Linear):
-                w = module.weight
-                step = w.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127
-                w.copy_((w / step).round().clamp(-127, 127) * step)
 
 
 def one_adamw_step(rows: Sequence[RolloutSample]) -> Callable[[torch.nn.Module], None]:
@@ -335,7 +326,12 @@ def main() -> None:
     parser.add_argument("--group", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--model-dir", type=Path, default=None, help="A SmolLM2 directory (imported when empty).")
+    parser.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="A model directory (an allowlisted architecture); SmolLM2 is imported into it when it is empty.",
+    )
     args = parser.parse_args()
     shape = (args.problems, args.group, args.max_tokens, args.temperature)
     with tempfile.TemporaryDirectory(prefix="smollm2-") as scratch:
