@@ -27,7 +27,10 @@ with self-consistent rewards, so only the recomputation checks can catch it:
 - `edit_tokens`: the devnet's `edit-tokens` cheat (every row that missed the answer now states the
   reference answer, proofs kept as generated);
 - `edit_tokens_reproven`: the same edit, proven afresh by prefilling the edited rows with SmolLM2
-  itself (so TOPLOC matches and only the sampling check is left to catch it).
+  itself (so TOPLOC matches and only the sampling check is left to catch it);
+- `tie_steering`: SmolLM2 in PyTorch with the seeded sampler, taking the runner-up wherever it
+  scores within the tie tolerance of the best (every row passes per row: the file's tie test is
+  what must catch it).
 
 Every cheating file must be rejected. Prints JSON lines and writes `bench/results/real_model.jsonl`.
 Run: `.venv/bin/python -m bench.real_model --model-dir .devnet/models/smollm2-135m-instruct`
@@ -59,6 +62,7 @@ from bench.market import emit
 from bench.weights import int8_round_trip
 from proofpool.core.assignment import sampling_seed, task_ids
 from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.core.sampling import scores
 from proofpool.core.sampling.verify import DEFAULT_TIE_TOLERANCE
 from proofpool.envs.tasks import load_task_environment
 from proofpool.envs.tokenized import ModelEnvironment, model_environment
@@ -188,6 +192,65 @@ def reproven(pool: ModelEnvironment, model: Any, rows: Sequence[RolloutSample]) 
     )
 
 
+def steered(bench: Bench, model: Any) -> tuple[list[RolloutSample], int]:
+    """The `tie_steering` cheat at its most greedy: SmolLM2 itself (bf16, PyTorch, KV cache) and the
+    pool's seeded sampler, except that wherever the runner-up scores within the tie tolerance of the
+    best, the runner-up. Every such row passes the per-row check; only the file's tie test can see
+    that near ties went one way far more often than engine noise explains. Returns the rows (proven
+    by prefilling them with `model`) and how many tokens were steered."""
+    batch, plan = bench.plan()
+    temperature = bench.shape[3]
+    tolerance = DEFAULT_TIE_TOLERANCE / temperature  # in score units
+    completions: list[list[int]] = [[] for _ in plan.requests]
+    flips = 0
+    with torch.inference_mode():
+        for group in sorted(set(plan.group_ids)):
+            members = [i for i, g in enumerate(plan.group_ids) if g == group]
+            prompt = torch.tensor([plan.requests[members[0]].prompt_tokens] * len(members))
+            out = model(input_ids=prompt, use_cache=True)
+            done = [False] * len(members)
+            for position in range(plan.requests[0].max_tokens):
+                picked = []
+                for k, i in enumerate(members):
+                    request = plan.requests[i]
+                    row = scores(
+                        out.logits[k : k + 1, -1].float(),
+                        temperature,
+                        request.sampler.seed,
+                        request.sampler.sample_index,
+                        torch.tensor([position]),
+                    )[0]
+                    top = torch.topk(row, 2)
+                    steer = float(top.values[0] - top.values[1]) <= tolerance
+                    token = int(top.indices[1] if steer else top.indices[0])
+                    if not done[k]:
+                        completions[i].append(token)
+                        flips += steer
+                        done[k] = token in request.stop_ids
+                    picked.append(token)
+                if all(done):
+                    break
+                out = model(
+                    input_ids=torch.tensor(picked)[:, None], past_key_values=out.past_key_values, use_cache=True
+                )
+    rows = [
+        RolloutSample(
+            problem_id=pid,
+            group_id=gid,
+            prompt_tokens=request.prompt_tokens,
+            completion_tokens=tuple(tokens),
+            reward=0.0,
+            advantage=0.0,
+            sampling_seed=sampling_seed(POOL_ID, NODE, 0, batch),
+            temperature=temperature,
+            model_version=0,
+            proofs=b"",
+        )
+        for request, pid, gid, tokens in zip(plan.requests, plan.problem_ids, plan.group_ids, completions, strict=True)
+    ]
+    return reproven(bench.pool, model, rows), flips
+
+
 def honest(bench: Bench, engine: InferenceEngine, files: int) -> tuple[list[dict[str, Any]], list[RolloutSample]]:
     out, kept = [], []
     for f in range(files):
@@ -268,6 +331,9 @@ def run(model_dir: Path, scratch: Path, files: int, cheat_files: int, shape: Sha
             cheat(bench, "edit_tokens_reproven", reproven(pool, bench.validator, edited), {"edited_rows": changed})
         )
     engine.close()
+    for _ in range(cheat_files):
+        rows_steered, flips = steered(bench, bench.validator)
+        cheats.append(cheat(bench, "tie_steering", rows_steered, {"steered_tokens": flips}))
     variants = {
         "other_model": lambda: drill.variant_model(VARIANT_SEED),
         "int8_weights": lambda: weights_variant(model_dir, scratch / "int8", int8_round_trip),

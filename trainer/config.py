@@ -13,8 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 DEVNET_SAMPLES_PER_STEP: Final = 32 * 8
 """Samples the devnet trains on per step: 32 problems x a group of 8."""
 DEVNET_ANSWER_TOKENS: Final = 4
-"""The longest useful completion of the devnet's arithmetic task (3 digits and the end token). A
-pool of another task sets `normalizer` for its own completion budget."""
+"""The longest useful completion of the devnet's arithmetic task (3 digits and the end token): the
+budget of `GrpoConfig`'s default normalizer. `proofpool trainer run` replaces it with the pool's
+own (`GrpoConfig.for_budget`)."""
 
 
 def default_normalizer(max_tokens: int, samples_per_step: int) -> float:
@@ -45,7 +46,8 @@ class GrpoConfig(BaseModel):
     the step; above delta its loss is constant and its gradient zero. Must exceed 1 + eps_high."""
     normalizer: float = Field(default_normalizer(DEVNET_ANSWER_TOKENS, DEVNET_SAMPLES_PER_STEP), gt=0)
     """Constant the summed token loss is divided by, never the token count. Default: max completion
-    tokens x samples per step (4 x 256 = 1024 on the devnet); see `default_normalizer`."""
+    tokens x samples per step (4 x 256 = 1024 on the devnet); a trainer run takes its pool's
+    (`for_budget`) unless it is set explicitly. See `default_normalizer`."""
     lr: float = Field(2e-4, gt=0)
     """AdamW learning rate (constant)."""
     weight_decay: float = Field(0.0, ge=0)
@@ -67,3 +69,12 @@ class GrpoConfig(BaseModel):
         if self.delta <= 1 + self.eps_high:
             raise ValueError(f"delta ({self.delta}) must exceed 1 + eps_high ({1 + self.eps_high})")
         return self
+
+    def for_budget(self, max_tokens: int, samples_per_step: int) -> GrpoConfig:
+        """These settings for a run whose completions get at most `max_tokens` and whose steps take
+        `samples_per_step` samples: the normalizer becomes `default_normalizer` of that budget,
+        unless it was set explicitly. Without it, a pool with a 1,024-token budget would train at
+        256 times the learning rate per token that the devnet's 4-token default implies."""
+        if "normalizer" in self.model_fields_set:
+            return self
+        return self.model_copy(update={"normalizer": default_normalizer(max_tokens, samples_per_step)})

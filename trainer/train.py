@@ -127,12 +127,13 @@ def run_trainer(
         behavior.remember(step, model.state_dict())  # what version `step` was published as
         policy = Policy.whole(model, config.grpo, None if state is None else state.optimizer)
         environment = _environment(client, pool)
+        grpo = config.grpo.for_budget(pool_assignment(environment).max_tokens, config.samples_per_step)
         held_out = _held_out(environment, config)
     except BaseException as exc:
         abort_followers(world, exc)
         raise
-    _tell(world, Command("start", policy.blueprint()))
-    policy = policy.shard(world, config.grpo)
+    _tell(world, Command("start", (policy.blueprint(), grpo)))
+    policy = policy.shard(world, grpo)
     source = RolloutSource(
         ledger,
         store,
@@ -146,7 +147,7 @@ def run_trainer(
     ranks = f" on {world.size} ranks" if world.size > 1 else ""
     say(
         f"trainer for pool {pool}: from checkpoint {step}, {config.steps} steps of >= {config.samples_per_step} "
-        f"samples{ranks}"
+        f"samples{ranks}, loss normalizer {grpo.normalizer:g}"
     )
     if config.heldout_problems and held_out is None:
         say("held-out evaluation off: the pool's task set holds no problem out")
@@ -173,7 +174,7 @@ def run_trainer(
             old = behavior.logprobs(rows)  # the ratio's denominator: the policies that sampled the rows
             _tell(world, Command("step", (rows, old)))
             followers_waiting = False
-            metrics = policy.step(rows, config.grpo, old)
+            metrics = policy.step(rows, grpo, old)
             trained = time.monotonic() - step_started
             policy.sync()  # rank 0's whole model now holds the step's weights
             followers_waiting = True
@@ -228,13 +229,14 @@ def follow_trainer(config: TrainerConfig, world: World) -> int:
     Returns the last version rank 0 published; `TrainerAborted` when rank 0 gave up.
     """
     command = _heard(world)
-    policy = Policy.follow(world, command.payload, config.grpo)
+    blueprint, grpo = command.payload  # rank 0's settings: its normalizer comes from the pool
+    policy = Policy.follow(world, blueprint, grpo)
     while True:
         command = _heard(world)
         if command.kind == "stop":
             return int(command.payload)
         rows, old = command.payload
-        policy.step(rows, config.grpo, old)
+        policy.step(rows, grpo, old)
         policy.sync()
 
 
@@ -246,7 +248,7 @@ class TrainerAborted(ProofpoolError):
 class Command:
     """What rank 0 tells the other ranks to do next (one broadcast, pickled).
 
-    `start`: build the shards (payload: `Blueprint`); `step`: train on the payload's rows (payload:
+    `start`: build the shards (payload: the `Blueprint` and the run's `GrpoConfig`); `step`: train on the payload's rows (payload:
     the rows and their behaviour log-probabilities);
     `stop`: done (payload: the last published version); `abort`: rank 0 failed (payload: why).
     """

@@ -88,7 +88,9 @@ def test_two_ranks_take_one_step_and_rank_0_publishes_it_once(
     # The same step in one process: the two ranks together computed the whole step's gradient.
     single = load_model(base_dir)
     rows = [row for seed in sorted(files) for row in files[seed]]
-    expected = grpo_step(single, make_optimizer(single, GrpoConfig()), rows, GrpoConfig())
+    cfg = GrpoConfig().for_budget(pool_assignment(ENVIRONMENT).max_tokens, 128)  # the pool's normalizer
+    assert f"loss normalizer {cfg.normalizer:g}" in done.stdout
+    expected = grpo_step(single, make_optimizer(single, cfg), rows, cfg)
     (metrics,) = list(csv.DictReader((state / "metrics.csv").open()))
     assert float(metrics["loss"]) == pytest.approx(expected.loss, rel=1e-3, abs=1e-6)
     assert float(metrics["grad_norm"]) == pytest.approx(expected.grad_norm, rel=1e-3)

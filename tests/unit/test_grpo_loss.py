@@ -234,3 +234,10 @@ def test_online_filter_drops_all_zero_groups() -> None:
     assert result.rows == rows[:2]
     assert (result.groups_kept, result.groups_dropped, result.samples_dropped) == (1, 3, 5)
     assert online_filter([]).rows == []
+
+
+def test_a_run_takes_its_pools_budget_unless_the_normalizer_was_set() -> None:
+    derived = GrpoConfig().for_budget(1024, 64)
+    assert derived.normalizer == default_normalizer(1024, 64) == 65_536.0
+    assert derived.lr == GrpoConfig().lr  # nothing else changes
+    assert GrpoConfig(normalizer=10.0).for_budget(1024, 64).normalizer == 10.0
