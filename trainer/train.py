@@ -248,8 +248,8 @@ class TrainerAborted(ProofpoolError):
 class Command:
     """What rank 0 tells the other ranks to do next (one broadcast, pickled).
 
-    `start`: build the shards (payload: the `Blueprint` and the run's `GrpoConfig`); `step`: train on the payload's rows (payload:
-    the rows and their behaviour log-probabilities);
+    `start`: build the shards (payload: the `Blueprint` and the run's `GrpoConfig`); `step`: train
+    on the payload's rows (payload: the rows and their behaviour log-probabilities);
     `stop`: done (payload: the last published version); `abort`: rank 0 failed (payload: why).
     """
 
