@@ -109,7 +109,7 @@ def run(
     finished = False
     try:
         if not world.main:
-            follow_trainer(config, world)
+            follow_trainer(world)
         else:
             enable_progress_logs("trainer", "proofpool.infra.checkpoint")
             try:

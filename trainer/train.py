@@ -221,10 +221,11 @@ def run_trainer(
     return step
 
 
-def follow_trainer(config: TrainerConfig, world: World) -> int:
+def follow_trainer(world: World) -> int:
     """Ranks > 0 under `torch.distributed`: build this rank's FSDP shard from what rank 0 sends,
     then for each step take the rows rank 0 gathered, train on this rank's share and hand the
-    shards to rank 0 for publishing. Touches no chain, ledger, store or state directory.
+    shards to rank 0 for publishing. Touches no chain, ledger, store or state directory: every
+    setting, the GRPO ones included, comes from rank 0's `start` command.
 
     Returns the last version rank 0 published; `TrainerAborted` when rank 0 gave up.
     """

@@ -26,7 +26,7 @@ from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.heldout import HeldOut, HeldOutScore
 from proofpool.trainer.policy import Policy
 from proofpool.trainer.step import grpo_step, make_optimizer
-from proofpool.trainer.train import Command, TrainerConfig, follow_trainer
+from proofpool.trainer.train import Command, follow_trainer
 from proofpool.trainer.world import SINGLE, World, broadcast, full_state_dict, shard_model
 from proofpool_arithmetic import ENVIRONMENT
 from proofpool_arithmetic.build import ModelSpec, create_model
@@ -189,7 +189,7 @@ def _lead_one_step(world: World, data: list[RolloutSample]) -> tuple[HeldOutScor
     behavior.remember(0, model.state_dict())
     held = HeldOut.of_pool(ENVIRONMENT, HELD_OUT, pool_assignment(ENVIRONMENT).max_tokens, CFG.micro_batch)
     policy = Policy.whole(model, CFG, None)
-    broadcast(world, Command("start", policy.blueprint()))
+    broadcast(world, Command("start", (policy.blueprint(), CFG)))
     policy = policy.shard(world, CFG)
     before = held.evaluate(behavior.policy(0), 0)
     old = behavior.logprobs(data)
@@ -210,10 +210,7 @@ def _heldout_rank(rank: int, port: int, data: list[RolloutSample], state: str, o
         if world.main:
             out["scores"] = _lead_one_step(world, data)
         else:
-            config = TrainerConfig(
-                pool_id=1, state_dir=Path(state), out_dir=Path(state), checkpoint_cache_dir=Path(state), grpo=CFG
-            )
-            out["followed_to"] = follow_trainer(config, world)
+            out["followed_to"] = follow_trainer(world)
     finally:
         torch.distributed.destroy_process_group()
 
