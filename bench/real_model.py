@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
-import shutil
 import tempfile
 import time
 from collections import Counter
@@ -52,16 +50,16 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from proofpool.devnet.adversary import edit_to_correct_answers, rescore
-from proofpool.devnet.model_drill import TOKENIZER_FILES, ModelDrill
+from proofpool.devnet.adversary import edit_to_correct_answers, other_model, rescore, to_file
+from proofpool.devnet.model_drill import ModelDrill, copy_tokenizer
 from proofpool.validator.checks import PoolRules, SubmissionFacts, run_checks
 from proofpool.worker.engine import EngineConfig, InferenceEngine
-from proofpool.worker.rollout import RolloutFile, plan_batch, rollout_samples, work_units
+from proofpool.worker.rollout import plan_batch, rollout_samples
 
 from bench.market import emit
 from bench.weights import int8_round_trip
 from proofpool.core.assignment import sampling_seed, task_ids
-from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.core.rollout import RolloutFileMeta, RolloutSample
 from proofpool.core.sampling import scores
 from proofpool.core.sampling.verify import DEFAULT_TIE_TOLERANCE
 from proofpool.envs.tasks import load_task_environment
@@ -73,7 +71,6 @@ from proofpool.inference.rollouts import CompletedSample, to_rollout_samples
 
 POOL_ID, NODE = 1, "0x" + "5a" * 20
 CONFIG = {"tasks": {"leg_counting": 1, "basic_arithmetic": 1, "gcd": 1}, "seed": 2026, "size": 1000}
-VARIANT_SEED = 1
 NEIGHBOR_LR = 2e-4
 """The trainer's default learning rate (`proofpool.trainer.config.TrainerConfig.lr`)."""
 
@@ -124,7 +121,7 @@ class Bench:
 
     def judge(self, rows: Sequence[RolloutSample]) -> tuple[dict[str, Any], float]:
         """The validator's verdict on a file of `rows` (every row recomputed) and the seconds taken."""
-        file = to_file(rows)
+        file = to_file(RolloutFileMeta(POOL_ID, NODE), rows)
         sub = SubmissionFacts(POOL_ID, file.sha256, NODE, file.work_units, 0)
         started = time.monotonic()
         verdict = run_checks(file.data, sub, self.rules, lambda _version: self.validator)
@@ -146,19 +143,12 @@ class Bench:
         }, time.monotonic() - started
 
 
-def to_file(rows: Sequence[RolloutSample]) -> RolloutFile:
-    data = rollouts_bytes(RolloutFileMeta(POOL_ID, NODE), rows)
-    return RolloutFile(data, hashlib.sha256(data).digest(), work_units(rows), len(rows))
-
-
 def weights_variant(base: Path, target: Path, change: Callable[[torch.nn.Module], None]) -> Path:
     """`base`'s config and tokenizer with its weights changed by `change` (in float32), saved in bf16."""
     model = load_model(base, "fp32")
     change(model)
     model.to(torch.bfloat16).save_pretrained(target)
-    for name in TOKENIZER_FILES:
-        if (base / name).is_file():
-            shutil.copy2(base / name, target / name)
+    copy_tokenizer(base, target)
     return target
 
 
@@ -335,7 +325,7 @@ def run(model_dir: Path, scratch: Path, files: int, cheat_files: int, shape: Sha
         rows_steered, flips = steered(bench, bench.validator)
         cheats.append(cheat(bench, "tie_steering", rows_steered, {"steered_tokens": flips}))
     variants = {
-        "other_model": lambda: drill.variant_model(VARIANT_SEED),
+        "other_model": lambda: other_model(drill),
         "int8_weights": lambda: weights_variant(model_dir, scratch / "int8", int8_round_trip),
         "neighbor_checkpoint": lambda: weights_variant(model_dir, scratch / "neighbor", one_adamw_step(first_rows)),
     }

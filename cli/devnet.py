@@ -126,8 +126,6 @@ def run(
 
     if cheat not in CHEATS:
         raise typer.BadParameter(f"--cheat must be one of {', '.join(CHEATS)}, not {cheat!r}")
-    if cheat != "none" and workers < 2:
-        raise typer.BadParameter("a cheater needs an honest node beside it: --workers 2 or more, or --cheat none")
     if (model is None) != (env is None):
         raise typer.BadParameter("--model and --env go together: a model pool needs both", param_hint="--model/--env")
     if env_config is not None and env is None:
@@ -146,20 +144,23 @@ def run(
             max_tokens=max_tokens,
             temperature=temperature,
         )
-    config = DevnetConfig(
-        out_dir=(out_dir or get_settings().state_dir / "run").expanduser().resolve(),
-        steps=steps,
-        cheat=None if cheat == "none" else cheat,
-        samples_per_step=samples_per_step,
-        database=database,
-        redis_db=redis_db,
-        step_timeout=step_timeout,
-        verdict_timeout=verdict_timeout,
-        model_pool=model_pool,
-        heldout_problems=heldout_problems,
-        workers=workers,
-        validators=validators,
-    )
+    try:
+        config = DevnetConfig(
+            out_dir=(out_dir or get_settings().state_dir / "run").expanduser().resolve(),
+            steps=steps,
+            cheat=None if cheat == "none" else cheat,
+            samples_per_step=samples_per_step,
+            database=database,
+            redis_db=redis_db,
+            step_timeout=step_timeout,
+            verdict_timeout=verdict_timeout,
+            model_pool=model_pool,
+            heldout_problems=heldout_problems,
+            workers=workers,
+            validators=validators,
+        )
+    except ValueError as exc:  # the run's own rules, e.g. a cheater needs an honest node beside it
+        raise typer.BadParameter(str(exc)) from exc
     console = Console()
     console = console if console.is_terminal else Console(width=140)
     try:

@@ -74,6 +74,13 @@ def end_of_turn(taskset: TokenizedTaskset) -> int:
     return int(eos) if eos is not None and int(eos) in taskset.stop_ids else min(taskset.stop_ids)
 
 
+def copy_tokenizer(base: Path, target: Path) -> None:
+    """Copy `base`'s tokenizer, chat template and generation config (`TOKENIZER_FILES`) into `target`."""
+    for name in TOKENIZER_FILES:
+        if (base / name).is_file():
+            shutil.copy2(base / name, target / name)
+
+
 def build_variant(base: Path, target: Path, seed: int) -> Path:
     """Write to `target` a model with `base`'s config and tokenizer files and weights drawn from
     `seed`, in `base`'s dtype; written to a scratch directory first, so a half-built variant is
@@ -92,9 +99,7 @@ def build_variant(base: Path, target: Path, seed: int) -> Path:
         model = AutoModelForCausalLM.from_config(config)
         model.to(dtype if isinstance(dtype, torch.dtype) else getattr(torch, str(dtype)))
         model.save_pretrained(scratch)
-        for name in TOKENIZER_FILES:
-            if (base / name).is_file():
-                shutil.copy2(base / name, scratch / name)
+        copy_tokenizer(base, scratch)
         (scratch / COMPLETE_MARK).write_text(json.dumps({"base": str(base), "seed": seed}))
         if target.exists():
             shutil.rmtree(target)

@@ -136,7 +136,7 @@ class DevnetConfig:
         if not 1 <= self.validators <= len(VALIDATOR_NAMES):
             raise ValueError(f"validators must be 1 to {len(VALIDATOR_NAMES)}, not {self.validators}")
         if self.cheat and self.workers < 2:
-            raise ValueError("a run with a cheater needs at least 2 workers: the cheater and an honest node")
+            raise ValueError("a cheater needs an honest node beside it: 2 workers or more, or no cheat")
 
 
 @dataclass

@@ -125,9 +125,9 @@ def run_trainer(
             model.load_state_dict(state.model)
         behavior = BehaviorPolicies(model, lambda version: _published_state(client, store, config, pool, version))
         behavior.remember(step, model.state_dict())  # what version `step` was published as
-        policy = Policy.whole(model, config.grpo, None if state is None else state.optimizer)
         environment = _environment(client, pool)
         grpo = config.grpo.for_budget(pool_assignment(environment).max_tokens, config.samples_per_step)
+        policy = Policy.whole(model, grpo, None if state is None else state.optimizer)
         held_out = _held_out(environment, config)
     except BaseException as exc:
         abort_followers(world, exc)
