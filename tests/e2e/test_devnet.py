@@ -1,7 +1,9 @@
-"""The whole market, end to end, as `make demo` runs it, small: 3 trainer steps of two files each.
+"""The whole market, end to end, as `make demo` runs it, small: 5 trainer steps of two files each.
 
 One run carries the fault drills: once verdicts flow, a validator, then the indexer,
 then the backend are SIGKILLed (no cleanup runs) and started again while workers keep submitting.
+Five steps, so that the three drills, each waiting for verdicts to flow again after the last, fit
+in before the trainer is done (with three, the trainer sometimes finished first).
 The run must still complete, and its own closing checks must pass: every submission has exactly
 one verdict, every rollout file is in the store, the ledger rebuilt from chain events alone
 matches PostgreSQL, the cheater is slashed and ejected and no honest node is touched.
@@ -55,7 +57,7 @@ def test_devnet_completes_through_fault_drills(tmp_path: Path) -> None:
     drills = FaultDrills()
     config = DevnetConfig(
         out_dir=tmp_path / "devnet",
-        steps=3,
+        steps=5,
         samples_per_step=128,
         database="proofpool_test_e2e",
         redis_db=13,
@@ -68,7 +70,7 @@ def test_devnet_completes_through_fault_drills(tmp_path: Path) -> None:
     assert outcome.ok, outcome.problems
     assert outcome.ledger_matches is True
     report = json.loads((config.out_dir / "report.json").read_text())
-    assert report["steps"] == 3 and report["checkpoint_version"] == 3
+    assert report["steps"] == 5 and report["checkpoint_version"] == 5
     by_role = {p["role"]: p for p in report["providers"] if p["role"] != "honest"}
     cheater = by_role["other-model"]
     assert cheater["member_state"] == "slashed" and int(cheater["slashed"]) > 0 and cheater["invalid"] >= 1
