@@ -35,9 +35,9 @@ $(VENV)/.setup-stamp: pyproject.toml setup.py $(ENVIRONMENTS) tools/need_sandbox
 	touch $@
 
 contracts/node_modules/.stamp: contracts/package.json contracts/package-lock.json
-	# `npm install` honours the lock file; `npm ci` refuses it because npm leaves anvil's
-	# optional per-platform packages for other platforms out of the lock.
-	cd contracts && npm install --no-audit --no-fund --loglevel=error
+	# `npm ci` installs exactly the lock (which lists anvil's binary package for every platform)
+	# and never rewrites it; a lock out of step with package.json is an error, not a silent update.
+	cd contracts && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 contracts: contracts/build/.stamp
@@ -60,6 +60,11 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# The demos and the benchmarks keep what they write in the checkout's .devnet/ (`make demo`'s run
+# in .devnet/run), not in the user's data directory, where proofpool keeps local state by default.
+DEMO_STATE ?= $(CURDIR)/.devnet
+demo demo-real bench: export PROOFPOOL_STATE_DIR = $(DEMO_STATE)
+
 demo: setup contracts
 	$(VENV)/bin/proofpool devnet run
 
@@ -74,7 +79,7 @@ DEMO_REAL_ARGS ?= --steps 3 --samples-per-step 16 --batch-size 4 --group-size 4 
 demo-real: setup contracts
 	test -f $(SMOLLM2_DIR)/config.json || $(VENV)/bin/proofpool model import-gguf $(SMOLLM2_DIR)
 	$(VENV)/bin/proofpool devnet run --model $(SMOLLM2_DIR) --env reasoning-gym \
-		--env-config '$(DEMO_REAL_ENV)' --out-dir .devnet/run-real $(DEMO_REAL_ARGS)
+		--env-config '$(DEMO_REAL_ENV)' --out-dir $(DEMO_STATE)/run-real $(DEMO_REAL_ARGS)
 
 # Figures, not pass/fail: each prints JSON lines and writes bench/results/<name>.jsonl.
 bench: setup contracts

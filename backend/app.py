@@ -16,7 +16,7 @@ from proofpool.backend.api import health, ledger, nodes, orchestrator, uploads
 from proofpool.backend.api.errors import install_error_handlers
 from proofpool.backend.api.openapi import install_error_docs
 from proofpool.backend.body_limit import BodyLimit
-from proofpool.backend.metrics import MetricsServer
+from proofpool.backend.metrics import MetricsServer, mark_process_dead
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -80,6 +80,7 @@ async def lifespan(app: FastAPI) -> AsyncIterator[None]:
 async def _close(pool: AsyncConnectionPool, redis: Redis, metrics: MetricsServer | None) -> None:
     if metrics is not None:
         metrics.stop()
+    mark_process_dead()
     await redis.aclose()
     await pool.close()
 

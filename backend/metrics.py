@@ -6,20 +6,33 @@ them, the internet need not read them, and a scrape should not share the public 
 exposure, proxies and limits. The server is a small threaded WSGI server (the standard
 library's, with prometheus_client's WSGI app) started and stopped by the app's lifespan.
 Every uvicorn worker process runs one, bound with SO_REUSEPORT, so `--workers N` starts
-cleanly and a scrape reads whichever process the kernel hands it to (each has its own
-counters, as the public `/metrics` had before).
+cleanly and a scrape reads whichever process the kernel hands it to.
+
+With several worker processes each would count only its own requests, and successive scrapes
+would jump between their counters (68, 17, 68, ...), as if the counters reset. So `backend serve
+--workers N` (N > 1) runs them in prometheus_client's multiprocess mode (`multiprocess_dir`): a
+fresh directory in PROMETHEUS_MULTIPROC_DIR, set before uvicorn starts the processes, where each
+process writes its counters to files of its own; every process's server answers with the sum
+over all the files (`metrics_registry`), so any scrape shows the whole backend's totals. The
+files of a process that died stay and keep counting in the sum; the directory is removed when
+`serve` exits.
 """
 
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import socket
+import tempfile
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import make_wsgi_app
+from prometheus_client import REGISTRY, CollectorRegistry, make_wsgi_app, multiprocess
 from prometheus_client.exposition import ThreadingWSGIServer
 
 from proofpool.core.errors import ConfigError
@@ -27,6 +40,54 @@ from proofpool.core.errors import ConfigError
 log = logging.getLogger(__name__)
 
 METRICS_PATH = "/metrics"
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client reads it when the first metric is made: set, counters live in files there."""
+
+
+@contextmanager
+def multiprocess_dir() -> Iterator[Path]:
+    """A fresh, empty PROMETHEUS_MULTIPROC_DIR for the API processes started inside the block
+    (they inherit the environment), removed with their counter files afterwards.
+
+    Fresh, because the files of an earlier run (or another backend) would be summed in: a
+    directory the operator's environment names is replaced for the block, not reused.
+    """
+    directory = Path(tempfile.mkdtemp(prefix="proofpool-metrics-"))
+    previous = os.environ.get(MULTIPROC_ENV)
+    os.environ[MULTIPROC_ENV] = str(directory)
+    try:
+        yield directory
+    finally:
+        if previous is None:
+            os.environ.pop(MULTIPROC_ENV, None)
+        else:
+            os.environ[MULTIPROC_ENV] = previous
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def _multiproc_path() -> str | None:
+    """The multiprocess directory this process's metrics live in, None in single-process mode
+    (prometheus_client also accepts the lower-case name)."""
+    return os.environ.get(MULTIPROC_ENV) or os.environ.get(MULTIPROC_ENV.lower()) or None
+
+
+def metrics_registry() -> CollectorRegistry:
+    """What `/metrics` serves: this process's default registry, or in multiprocess mode the sum
+    over every process's counter files."""
+    path = _multiproc_path()
+    if path is None:
+        return REGISTRY
+    registry = CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=path)
+    return registry
+
+
+def mark_process_dead() -> None:
+    """On a process's way out in multiprocess mode: drop its live gauges' files (counters stay
+    in the sum). The backend has only counters today; this keeps a gauge added later honest."""
+    path = _multiproc_path()
+    if path is not None:
+        multiprocess.mark_process_dead(os.getpid(), path)
 
 
 class _Server(ThreadingWSGIServer):
@@ -60,7 +121,7 @@ def _only_metrics(app: Callable[..., Iterable[bytes]]) -> Callable[..., Iterable
 
 
 class MetricsServer:
-    """`/metrics` of this process's default Prometheus registry on (host, port), in a thread."""
+    """`/metrics` of `metrics_registry()` on (host, port), in a thread."""
 
     def __init__(self, host: str, port: int) -> None:
         self.host, self.requested_port = host, port
@@ -74,7 +135,7 @@ class MetricsServer:
             self._server = make_server(
                 self.host,
                 self.requested_port,
-                _only_metrics(make_wsgi_app()),
+                _only_metrics(make_wsgi_app(metrics_registry())),
                 server_class=server_class,
                 handler_class=_QuietHandler,
             )

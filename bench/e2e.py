@@ -36,7 +36,7 @@ from proofpool_arithmetic.cache import ensure_devnet_model
 from bench.market import emit
 
 REDIS_DB = 9
-BATCH_LINE = re.compile(r"^(\S+ \S+) INFO worker\.node batch written .*?\bseconds=([0-9.]+)")
+BATCH_LINE = re.compile(r"^(\S+ \S+) INFO proofpool\.worker\.node batch written .*?\bseconds=([0-9.]+)")
 
 
 def percentile(values: list[float], q: float) -> float:

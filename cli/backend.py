@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from proofpool.cli.common import JsonOption, console, needs_extra, print_json
+from rich.console import Console
 
 from proofpool.core.errors import ConfigError, ServiceUnavailable
 from proofpool.infra.config import Settings, get_settings
+
+if TYPE_CHECKING:
+    from proofpool.backend.orchestrator.sweeper import Watch
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -57,8 +61,12 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level: debug, info, warning, error.")] = "info",
 ) -> None:
     """Run the backend (discovery, orchestrator, uploads, ledger, /healthz) with uvicorn; Prometheus
-    /metrics is served apart, on PROOFPOOL_METRICS_ADDRESS (an internal address)."""
+    /metrics is served apart, on PROOFPOOL_METRICS_ADDRESS (an internal address), summed over the
+    worker processes."""
+    import contextlib
+
     import uvicorn
+    from proofpool.backend.metrics import multiprocess_dir
     from proofpool.backend.orchestrator.manager_key import manager_key
 
     settings = get_settings()
@@ -69,15 +77,18 @@ def serve(
         f"backend on http://{bind_host}:{bind_port} ({workers} worker{'s' * (workers > 1)}, schema {revision}); "
         f"invites and ejections {f'enabled as manager {manager.address}' if manager else 'off: no manager key'}"
     )
-    uvicorn.run(
-        "proofpool.backend.app:create_app",
-        factory=True,
-        host=bind_host,
-        port=bind_port,
-        workers=workers,
-        access_log=access_log,
-        log_level=log_level,
-    )
+    # Several processes share the counters through files (`proofpool.backend.metrics`); the directory
+    # must be in the environment before uvicorn spawns them, since each reads it at its first metric.
+    with multiprocess_dir() if workers > 1 else contextlib.nullcontext():
+        uvicorn.run(
+            "proofpool.backend.app:create_app",
+            factory=True,
+            host=bind_host,
+            port=bind_port,
+            workers=workers,
+            access_log=access_log,
+            log_level=log_level,
+        )
 
 
 @app.command()
@@ -100,6 +111,10 @@ def sweep(
     settings = get_settings()
     check_services(settings)
 
+    def started(watch: Watch) -> None:
+        # Said on stderr under --json, so stdout stays one JSON object per ejection.
+        (Console(stderr=True) if json_out else console).print(describe_watch(watch), highlight=False, soft_wrap=True)
+
     def report(ejection: Ejection) -> None:
         if json_out:
             print_json(ejection.__dict__)
@@ -109,6 +124,18 @@ def sweep(
         console.print(f"pool {ejection.pool_id} node {ejection.node} ({silent}): {ejection.outcome}{tail}")
 
     try:
-        asyncio.run(run_sweeper(settings, interval=interval, once=once, dry_run=dry_run, report=report))
+        asyncio.run(
+            run_sweeper(settings, interval=interval, once=once, dry_run=dry_run, report=report, started=started)
+        )
     except KeyboardInterrupt:
         console.print("sweeper stopped")
+
+
+def describe_watch(watch: Watch) -> str:
+    """The sweeper's start line: the manager key, its pools, when a member counts as dead, how often."""
+    pools = ", ".join(f"{pool_id} ({status})" for pool_id, status in watch.pools.items()) or "none indexed yet"
+    mode = "; dry run: reports only, sends no transaction" if watch.dry_run else ""
+    return (
+        f"sweeper for manager {watch.manager}: pools {pools}; ejects members silent for more than "
+        f"{watch.dead_after:g} s (PROOFPOOL_DEAD_AFTER), sweeping every {watch.interval:g} s{mode}"
+    )

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, Any, Final, ParamSpec, TypeVar
 
 import typer
@@ -18,6 +19,7 @@ from web3.types import TxReceipt
 from proofpool.core.errors import ProofpoolError
 from proofpool.infra.chain.accounts import load_account
 from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.config import get_settings
 
 console = Console()
 
@@ -94,6 +96,26 @@ RpcOption = Annotated[
     typer.Option("--rpc-url", help="JSON-RPC endpoint. Default: $PROOFPOOL_RPC_URL or http://127.0.0.1:8545."),
 ]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON.")]
+StateDirOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--state-dir",
+        help="Pid file, log and data of what `up` starts; `down` needs the same. "
+        "Default: $PROOFPOOL_STATE_DIR, else ~/.local/share/proofpool/state.",
+        show_default=False,
+    ),
+]
+
+
+def resolve_state_dir(option: Path | None) -> Path:
+    """`--state-dir` when given, else the `state_dir` setting: the one place `up` and `down` of the
+    devnet services agree on where a detached service is recorded."""
+    return (option or get_settings().state_dir).expanduser()
+
+
+def down_command(group: str, option: Path | None, state: Path) -> str:
+    """The command that stops what `proofpool GROUP up --detach` started: with the --state-dir it was given."""
+    return f"proofpool {group} down" + (f" --state-dir {state}" if option is not None else "")
 
 
 def signer_client(key: str | None, rpc_url: str | None) -> ChainClient:

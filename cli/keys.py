@@ -25,7 +25,8 @@ app = typer.Typer(no_args_is_help=True)
 console = Console()
 
 ROLE_REMINDER = (
-    "The provider key stays with the provider (it holds the stake); a worker machine needs only its node key."
+    "Each key stays on the machine of its role: the provider key (it holds the stake) never goes to a worker "
+    "machine, which needs only its node key."
 )
 
 
@@ -69,6 +70,10 @@ def new(
     account = Account.create()
     _write_keystore(out, account, password, kdf, kdf_work, force)
     console.print(f"new key {account.address} written to {out} (encrypted keystore, {kdf.value}, mode 600)")
+    console.print(
+        f"It pays for its transactions with ETH: send {account.address} some before it signs one"
+        f" (on a devnet chain: proofpool chain fund {account.address})."
+    )
     console.print(ROLE_REMINDER)
 
 

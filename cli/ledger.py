@@ -1,7 +1,8 @@
 """`proofpool ledger`: the public contribution ledger for auditors, over the backend's HTTP API.
 
-Reads only, no key needed. Tables for people (long hashes shortened, amounts in POOL), exact
-values with `--json` or `--csv`; `--all` follows cursors to the last page.
+Reads only, no key needed. Tables for people (long hashes shortened, amounts in POOL, as many
+columns as fit the terminal, "0 rows" for none), exact values and every column with `--json` or
+`--csv`; `--all` follows cursors to the last page.
 
 One list command per listing of `proofpool.core.ledger_listings`, made from its declaration: its
 filters become options, its `shown` columns the table. Only the core is imported for that: an
@@ -17,14 +18,17 @@ import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from proofpool.cli.common import needs_extra
+from rich import box
 from rich.console import Console
 from rich.markup import escape
+from rich.measure import Measurement
 from rich.table import Table
 
 from proofpool.core.errors import ProofpoolError
@@ -35,7 +39,7 @@ from proofpool.infra.http.ledger_client import LedgerClient, LedgerRefused
 
 # LedgerClient and LedgerRefused live in proofpool.infra.http.ledger_client (provider status reads the ledger
 # too); they stay importable from here, where auditors' scripts and tests have always found them.
-__all__ = ["LedgerClient", "LedgerRefused", "app", "format_tokens", "render_table"]
+__all__ = ["LedgerClient", "LedgerRefused", "app", "fit_table", "format_tokens", "print_table", "render_table"]
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -99,7 +103,7 @@ def run_listing(resource: str, filters: dict[str, Any], paging: Paging) -> None:
     if paging.as_json:
         typer.echo(json.dumps({"items": items, "next_cursor": next_cursor}, indent=2))
         return
-    Console().print(render_table(resource, items))
+    print_table(Console(), resource, items)
     if next_cursor:
         Console(stderr=True).print(f"more rows: add --cursor {next_cursor} (or --all)")
 
@@ -115,15 +119,80 @@ def _print_csv(pages: Iterator[tuple[str, str | None]], follow: bool) -> None:
         Console(stderr=True).print(f"more rows: add --cursor {last_cursor} (or --all)")
 
 
-def render_table(resource: str, items: list[dict[str, Any]]) -> Table:
-    """A rich table of the listing's shown columns: hashes and addresses shortened, amounts in POOL."""
+WRAPPING_KINDS = frozenset({Kind.TEXT, Kind.TIMESTAMP})
+"""Kinds whose cells may wrap onto more lines (at spaces); every other cell is one token kept whole."""
+
+
+def print_table(console: Console, resource: str, items: list[dict[str, Any]]) -> None:
+    """The rows as a table that fits the console's width, or "<resource> (0 rows)" for none.
+
+    Columns that do not fit are left out from the right of the listing's `shown` and named on
+    stderr, rather than cropped: an auditor must never read a cut hash, amount or header."""
+    if not items:
+        console.print(f"{resource} (0 rows)", highlight=False)
+        return
+    table, left_out = fit_table(console, resource, items)
+    console.print(table)
+    if left_out:
+        Console(stderr=True).print(
+            f"left out to fit {console.width} columns: {', '.join(left_out)} (a wider terminal shows them; "
+            "--json and --csv have every column)",
+            highlight=False,
+            soft_wrap=True,
+        )
+
+
+def fit_table(console: Console, resource: str, items: list[dict[str, Any]]) -> tuple[Table, list[str]]:
+    """`render_table` of as many leading shown columns as fit `console.width` (at least one), and
+    the names of the columns left out."""
+    columns = shown_columns(resource, items)
+    left_out: list[str] = []
+    while True:
+        table = render_table(resource, items, columns)
+        if len(columns) <= 1 or _narrowest(console, table) <= console.width:
+            return table, left_out
+        left_out.insert(0, columns.pop())
+
+
+def _narrowest(console: Console, table: Table) -> int:
+    """The fewest characters `table` fits in with every header and token whole (measured without
+    the console's own width as a cap, which rich would otherwise clamp the answer to)."""
+    return Measurement.get(console, console.options.update_width(10_000), table).minimum
+
+
+def shown_columns(resource: str, items: list[dict[str, Any]]) -> list[str]:
+    """The listing's `shown` columns that the rows hold, in order."""
+    return [name for name in LISTINGS[resource].shown if name in items[0]] if items else []
+
+
+def render_table(resource: str, items: list[dict[str, Any]], columns: list[str] | None = None) -> Table:
+    """A rich table of the listing's shown columns (or of `columns`): hashes and addresses
+    shortened, amounts in POOL, times as UTC date and time.
+
+    A column is never narrower than its header (never cut), a cell of one token is never wrapped:
+    whether the table fits a width is `fit_table`'s question."""
     listing = LISTINGS[resource]
-    table = Table(title=f"{resource} ({len(items)} rows)", title_justify="left")
-    columns = [listing.column(name) for name in listing.shown if name in items[0]] if items else []
-    for column in columns:
-        table.add_column(column.name, justify="right" if column.kind is Kind.AMOUNT else "left", overflow="fold")
+    if columns is None:
+        columns = shown_columns(resource, items)
+    table = Table(
+        title=f"{resource} ({len(items)} rows)",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    declared = [listing.column(name) for name in columns]
+    for column in declared:
+        table.add_column(
+            column.name,
+            justify="right" if column.kind is Kind.AMOUNT else "left",
+            min_width=len(column.name),
+            no_wrap=column.kind not in WRAPPING_KINDS,
+            overflow="fold",
+        )
     for item in items:
-        table.add_row(*(_cell(column, item[column.name]) for column in columns))
+        table.add_row(*(_cell(column, item[column.name]) for column in declared))
     return table
 
 
@@ -134,7 +203,17 @@ def _cell(column: Column, value: Any) -> str:
         return format_tokens(int(value))
     if column.kind in (Kind.ADDRESS, Kind.HASH):
         return f"{value[:8]}…{value[-4:]}"
+    if column.kind is Kind.TIMESTAMP:
+        return _utc_time(value)
     return str(value)
+
+
+def _utc_time(value: str) -> str:
+    """An ISO 8601 time as `YYYY-MM-DD HH:MM:SS` in UTC: two words, so the column may wrap it."""
+    moment = datetime.fromisoformat(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def format_tokens(units: int) -> str:
@@ -195,10 +274,10 @@ def submission(
         typer.echo(json.dumps(detail, indent=2))
         return
     console = Console()
-    console.print(render_table("submissions", [detail["submission"]]))
+    print_table(console, "submissions", [detail["submission"]])
     for part in ("verdicts", "slashes", "rewards"):
         if detail[part]:
-            console.print(render_table(part, detail[part]))
+            print_table(console, part, detail[part])
 
 
 VERIFY_MATCH, VERIFY_MISMATCH, VERIFY_FAILED = 0, 1, 2

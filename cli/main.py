@@ -7,6 +7,7 @@ message and exit code 1 (`--verbose` keeps the traceback); anything else is a bu
 from __future__ import annotations
 
 import importlib
+import inspect
 import logging
 import sys
 
@@ -22,6 +23,10 @@ app = typer.Typer(
     "workers, validators, trainer and ledger.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # click's plain help, for every command below: it wraps option names, defaults and help at
+    # the terminal's width ($COLUMNS), where typer's rich panels cut long words ("--samples-per-st…",
+    # "$PROOFPOOL_PRIVATE_KE…") to fit their seven columns into 80.
+    rich_markup_mode=None,
 )
 
 # (group name, module under proofpool.cli, help) - modules import heavy libraries lazily.
@@ -62,7 +67,20 @@ def main(
 
 def _mount() -> None:
     for name, module, help_text in GROUPS:
-        app.add_typer(importlib.import_module(f"proofpool.cli.{module}").app, name=name, help=help_text)
+        group = importlib.import_module(f"proofpool.cli.{module}").app
+        _give_full_summaries(group)
+        app.add_typer(group, name=name, help=help_text, short_help=help_text)
+
+
+def _give_full_summaries(group: typer.Typer) -> None:
+    """Set each command's one-line summary (its `short_help`) to the whole first paragraph of its
+    help. Without one, click cuts the summary it lists beside the command's name in the group's
+    help to what fits one line ("Stake tokens so your nodes may join pools (approves the...");
+    a summary that is set is wrapped instead."""
+    for command in group.registered_commands:
+        if command.short_help is None:
+            text = command.help or inspect.getdoc(command.callback) or ""
+            command.short_help = " ".join(text.split("\n\n", 1)[0].split())
 
 
 _mount()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -24,13 +25,32 @@ from proofpool.cli.common import (
 from proofpool.core.errors import ProofpoolError
 from proofpool.core.spec import NO_SPEC
 from proofpool.envs import spec_commitment
-from proofpool.infra.chain.accounts import load_account
+from proofpool.infra.chain.accounts import key_location, load_account
 from proofpool.infra.chain.bindings import PoolParams
 from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.gas import require_gas
 from proofpool.infra.chain.signing import sign_invite
-from proofpool.infra.chain.units import format_pool, parse_pool
+from proofpool.infra.chain.units import format_eth, format_pool, parse_pool
 
 app = typer.Typer(no_args_is_help=True)
+
+
+class PoolLeftUnfinished(ProofpoolError):
+    """`pool create` made the pool, then a later step (fund, start) failed: rerunning it would make a
+    second pool, so the message names the commands that finish this one."""
+
+
+@dataclass(frozen=True)
+class _Step:
+    """A step of `pool create` after `createPool`."""
+
+    doing: str
+    """What it does, as in "funding failed"."""
+    done: str
+    """Its outcome, as in "created but not funded"."""
+    command: str
+    """The command that takes this step alone."""
+    run: Callable[[], None]
 
 
 @app.command()
@@ -71,12 +91,22 @@ def create(
 ) -> None:
     """Create a pool (you become its creator); optionally fund and start it.
 
+    With --fund or --start it first checks that you hold the POOL and the ETH for every transaction,
+    so it refuses before the first one instead of leaving a pool half made; if a later step fails
+    anyway, the error names the commands that finish this pool (running `pool create` again would
+    make a second one).
+
     With --spec, the pool runs a task environment on a Hugging Face model: the spec, its index list
     and the base model go to the object store first, content-addressed, and the pool commits on-chain
     to the spec's sha256 twice, in its model URI (spec://<sha256>) and as its specSha256; every
     worker and validator refuses a pool whose two differ, rebuilds the environment from the spec and
     refuses any difference."""
     client = signer_client(key, rpc_url)
+    units = None if fund is None else parse_pool(fund)
+    if units is not None:
+        if units == 0:
+            raise ProofpoolError("--fund must be more than 0 POOL")
+        _require_tokens(client, units, f"--fund {fund}")
     if spec is not None:
         model_uri = _publish_spec(spec, model, indices)
     params = PoolParams(
@@ -92,12 +122,70 @@ def create(
         challenge_window=challenge_window,
         contest_quorum=contest_quorum,
     )
+    _require_gas_for_create(client, params, units, start)
     pool_id, receipt = client.pool.create_pool(params)
     report_tx(client, f"created pool {pool_id}", receipt)
-    if fund:
-        _fund(client, pool_id, fund)
+    again = _same_options(key, rpc_url)
+    steps: list[_Step] = []
+    if units is not None:
+        command = f"proofpool pool fund {pool_id} {format_pool(units)}{again}"
+        steps.append(_Step("funding", "funded", command, lambda: _fund(client, pool_id, units)))
     if start:
-        report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
+        command = f"proofpool pool start {pool_id}{again}"
+        steps.append(_Step("starting", "started", command, lambda: _start(client, pool_id)))
+    _finish(pool_id, steps)
+
+
+def _require_tokens(client: ChainClient, units: int, what: str) -> None:
+    """Refuse, before any transaction, to spend POOL the sender does not hold (`what` says what would)."""
+    held = client.token.balance_of(client.address)
+    if held < units:
+        raise ProofpoolError(f"{client.address} holds {format_pool(held)} POOL; {what} needs {format_pool(units)} POOL")
+
+
+def _require_gas_for_create(client: ChainClient, params: PoolParams, units: int | None, start: bool) -> None:
+    """Refuse, before `createPool`, a sender without the ETH for every transaction `pool create` will
+    send, so that running out cannot leave a pool half made. Each is counted at `createPool`'s
+    estimate, the dearest of them (the later ones cannot be estimated before the pool exists). A lone
+    `createPool` needs no check: the sender reports too little ETH for it."""
+    txs = 1 + (units is not None) + start
+    if units is not None and client.token.allowance(client.address, client.pool.address) < units:
+        txs += 1  # the approval
+    if txs == 1:
+        return
+    sender = client.pool.sender
+    assert sender is not None  # a signer client
+    cost = txs * sender.estimate_cost(client.pool.contract.functions.createPool(params.as_tuple()))
+    need = f"this pool create sends {txs} transactions, about {format_eth(cost)} ETH"
+    require_gas(client.w3, client.address, cost, need)
+
+
+def _finish(pool_id: int, steps: Sequence[_Step]) -> None:
+    """Take the steps after `createPool`; when one fails, say which commands finish the pool.
+
+    Any failure is caught: the pool exists either way, and its id is what the user cannot find out
+    otherwise (`proofpool -v` shows the traceback)."""
+    for index, step in enumerate(steps):
+        try:
+            step.run()
+        except Exception as exc:
+            done = " and ".join(["created", *(s.done for s in steps[:index])])
+            todo = ", then ".join(s.command for s in steps[index:])
+            raise PoolLeftUnfinished(
+                f"pool {pool_id} was {done} but not {step.done}: run {todo} ({step.doing} failed: {exc})"
+            ) from exc
+
+
+def _same_options(key: str | None, rpc_url: str | None) -> str:
+    """This command's --key and --rpc-url, to repeat in a suggested command; a key given as hex is
+    named `<your key>`, never echoed."""
+    options = ""
+    if key is not None:
+        shown = key.startswith("env:") or not isinstance(key_location(key), str)
+        options += f" --key {key if shown else '<your key>'}"
+    if rpc_url is not None:
+        options += f" --rpc-url {rpc_url}"
+    return options
 
 
 def _publish_spec(spec_file: Path, model: Path | None, indices: Path | None) -> str:
@@ -120,12 +208,15 @@ def _publish_spec(spec_file: Path, model: Path | None, indices: Path | None) -> 
     return spec_uri(stored.sha256())
 
 
-def _fund(client: ChainClient, pool_id: int, amount: str) -> None:
-    units = parse_pool(amount)
+def _fund(client: ChainClient, pool_id: int, units: int) -> None:
     approval = client.token.ensure_allowance(client.pool.address, units)
     if approval is not None:
         report_tx(client, "approved the ComputePool", approval)
-    report_tx(client, f"funded pool {pool_id} with {amount} POOL", client.pool.fund_pool(pool_id, units))
+    report_tx(client, f"funded pool {pool_id} with {format_pool(units)} POOL", client.pool.fund_pool(pool_id, units))
+
+
+def _start(client: ChainClient, pool_id: int) -> None:
+    report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
 
 
 @app.command()
@@ -136,7 +227,10 @@ def fund(
     rpc_url: RpcOption = None,
 ) -> None:
     """Add tokens to a pool's reward budget (anyone may)."""
-    _fund(signer_client(key, rpc_url), pool_id, amount)
+    client = signer_client(key, rpc_url)
+    units = parse_pool(amount)
+    _require_tokens(client, units, f"funding pool {pool_id}")
+    _fund(client, pool_id, units)
 
 
 @app.command()
@@ -144,8 +238,7 @@ def start(
     pool_id: int = typer.Argument(..., help="Pool id."), key: KeyOption = None, rpc_url: RpcOption = None
 ) -> None:
     """Open a pool for joins and submissions (creator or manager)."""
-    client = signer_client(key, rpc_url)
-    report_tx(client, f"started pool {pool_id}", client.pool.start_pool(pool_id))
+    _start(signer_client(key, rpc_url), pool_id)
 
 
 @app.command()

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
 import typer
-from proofpool.cli.common import needs_extra, wait_in_foreground
+from proofpool.cli.common import StateDirOption, down_command, needs_extra, resolve_state_dir, wait_in_foreground
 from rich.console import Console
 from rich.table import Table
 
@@ -24,8 +24,8 @@ console = Console()
 DEFAULT_S3_PORT = 8333
 
 
-def _pid_file() -> Path:
-    return Path(get_settings().state_dir) / "seaweed.pid"
+def _pid_file(state: Path) -> Path:
+    return state / "seaweed.pid"
 
 
 def _read_pid(pid_file: Path) -> int:
@@ -46,17 +46,19 @@ def up(
         None, min=1, max=65535, help="S3 port on 127.0.0.1 (default: the port of S3_ENDPOINT_URL, else 8333)."
     ),
     data_dir: Path = typer.Option(
-        None, "--dir", help="Data directory (default: PROOFPOOL_STATE_DIR/seaweed); kept across restarts."
+        None, "--dir", help="Data directory (default: the state directory's seaweed/); kept across restarts."
     ),
     detach: bool = typer.Option(False, "--detach", "-d", help="Leave the store running in the background."),
     startup_timeout: float = typer.Option(60.0, min=1, help="Seconds to wait for the S3 gateway and bucket."),
+    state_dir: StateDirOption = None,
 ) -> None:
     """Start SeaweedFS (`weed mini`) on loopback with the configured bucket and credentials."""
     from proofpool.infra.storage.seaweed import is_weed_process, port_in_use, start_seaweed
 
     settings = get_settings()
     port = port or _default_port()
-    pid_file = _pid_file()
+    state = resolve_state_dir(state_dir)
+    pid_file = _pid_file(state)
     if pid_file.exists():
         pid = _read_pid(pid_file)
         if pid and is_weed_process(pid):
@@ -64,7 +66,6 @@ def up(
         pid_file.unlink()
     if port_in_use(port):
         raise ProofpoolError(f"something already listens on 127.0.0.1:{port}; stop it or pick another --port")
-    state = Path(settings.state_dir)
     state.mkdir(parents=True, exist_ok=True)
     data_dir = data_dir or state / "seaweed"
     log_path = state / "seaweed.log"
@@ -86,7 +87,8 @@ def up(
         )
     if detach:
         pid_file.write_text(str(store.pid))
-        console.print(f"pid {store.pid} recorded in {pid_file}; `proofpool storage down` stops it")
+        stop = down_command("storage", state_dir, state)
+        console.print(f"pid {store.pid} recorded in {pid_file}; `{stop}` stops it", soft_wrap=True)
         return
     wait_in_foreground(store.process, store.stop)
 
@@ -95,13 +97,14 @@ def up(
 @needs_extra("devnet")
 def down(
     timeout: float = typer.Option(15.0, min=1, help="Seconds to wait before killing it."),
+    state_dir: StateDirOption = None,
 ) -> None:
-    """Stop a store started with `proofpool storage up --detach`."""
+    """Stop a store started with `proofpool storage up --detach` (and the same --state-dir)."""
     from proofpool.infra.storage.seaweed import stop_pid
 
-    pid_file = _pid_file()
+    pid_file = _pid_file(resolve_state_dir(state_dir))
     if not pid_file.exists():
-        raise ProofpoolError(f"no detached store recorded in {pid_file}")
+        raise ProofpoolError(f"no detached store recorded in {pid_file}; was it started with another --state-dir?")
     pid = _read_pid(pid_file)
     if pid and stop_pid(pid, timeout=timeout):
         console.print(f"stopped SeaweedFS (pid {pid})")

@@ -21,7 +21,9 @@ import typer
 from proofpool.cli.common import JsonOption, KeyOption, RpcOption, console, needs_extra, print_json
 
 from proofpool.core.errors import ConfigError
-from proofpool.infra.config import FROM_CHECKOUT, REPO_ROOT, get_settings
+from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.units import format_eth, format_pool
+from proofpool.infra.config import FROM_CHECKOUT, REPO_ROOT, Settings, get_settings
 
 app = typer.Typer(no_args_is_help=True)
 
@@ -55,7 +57,6 @@ def run(
 
     from proofpool.infra.broker import reviews_queue, verdicts_queue
     from proofpool.infra.chain.accounts import KEY_ENV, load_account
-    from proofpool.infra.chain.client import ChainClient
     from proofpool.infra.offdevnet import check_off_devnet
     from proofpool.infra.served import ServedPools
 
@@ -70,12 +71,11 @@ def run(
     minimum, _ = client.pool.validator_stake_params()
     active = client.stake_manager.active_stake(account.address)
     if active < minimum:
-        from proofpool.infra.chain.units import format_pool
-
         raise ConfigError(
             f"{account.address} has {format_pool(active)} POOL staked; a verdict needs {format_pool(minimum)} POOL: "
             f"stake the rest with `proofpool validator stake {format_pool(minimum - active)}`"
         )
+    _check_gas(client, settings, account.address)
     served = ServedPools.configure(settings.served_pools, settings.served_managers, client.book.chain_id)
     check_off_devnet(settings, client.book.chain_id, [key or os.environ.get(KEY_ENV)])
     check_services(settings)
@@ -122,6 +122,16 @@ def run(
         f"serving {served.describe()}"
     )
     sys.exit(_supervise(children))
+
+
+def _check_gas(client: ChainClient, settings: Settings, address: str) -> None:
+    """Refuse a key under `PROOFPOOL_VALIDATOR_MIN_GAS_ETH` (one line); warn loudly when it runs low."""
+    from proofpool.validator.status import require_validator_gas
+
+    balance, warning = require_validator_gas(client, settings, address)
+    if warning is not None:
+        text = f"warning: {address} has {format_eth(balance)} ETH for gas: {warning}"
+        console.print(f"[bold yellow]{text}[/bold yellow]", soft_wrap=True)  # one line in a log
 
 
 def _celery(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -182,8 +192,6 @@ def stake(
     from proofpool.cli.common import signer_client
     from proofpool.cli.provider import stake_tokens
 
-    from proofpool.infra.chain.units import format_pool
-
     client = signer_client(key, rpc_url)
     stake_tokens(client, amount)
     minimum, slash = client.pool.validator_stake_params()
@@ -206,8 +214,6 @@ def status(
     from proofpool.validator.status import validator_status
 
     from proofpool.infra.chain.accounts import account_address
-    from proofpool.infra.chain.client import ChainClient
-    from proofpool.infra.chain.units import format_pool
 
     who = address or account_address(key)
     data = validator_status(ChainClient.from_settings(None, rpc_url=rpc_url), get_settings(), who)
@@ -215,11 +221,19 @@ def status(
         print_json(data)
         return
     for name, value in data.items():
-        shown = f"{format_pool(value)} POOL" if name in _POOL_FIELDS and isinstance(value, int) else _show(value)
-        console.print(f"{name:24} {shown}")
+        console.print(f"{name:24} {_show_field(name, value)}")
 
 
 _POOL_FIELDS = {"withdrawable_rewards", "fees_earned", "slash_shares_earned"}
+
+
+def _show_field(name: str, value: Any) -> str:
+    """A status figure for people: amounts in POOL and ETH (the JSON keeps base units and wei)."""
+    if name in _POOL_FIELDS and isinstance(value, int):
+        return f"{format_pool(value)} POOL"
+    if name == "eth_balance":
+        return f"{format_eth(value)} ETH"
+    return _show(value)
 
 
 def _show(value: Any) -> str:

@@ -99,7 +99,7 @@ def run(
 
     settings = get_settings()
     account = load_account(key, env_var=NODE_KEY_ENV)
-    enable_progress_logs("worker", "proofpool.infra.checkpoint")
+    enable_progress_logs("proofpool.worker", "proofpool.infra.checkpoint")
     config = WorkerConfig(
         pool_id=pool,
         state_dir=_state_dir(state_dir, account.address),

@@ -80,7 +80,9 @@ def start_stack(
     `SeaweedProcess.env`). The backend holds the pool manager's key so it can sign invites.
     With `dispatch`, the indexer sends a validation task per submission to the Celery broker
     (REDIS_URL), for validators to consume. `budget` (base units) funds the pool, created with
-    `model_uri` (a `spec://` pool's spec must be in the object store already).
+    `model_uri` (a `spec://` pool's spec must be in the object store already). Everything the stack
+    writes is under `root`: logs, the address book, and its processes' state (`root/state`, unless
+    `extra_env` names another PROOFPOOL_STATE_DIR).
     """
     root.mkdir(parents=True, exist_ok=True)
     cast = Cast()
@@ -106,6 +108,7 @@ def start_stack(
                 "REDIS_URL": redis_url,
                 "PROOFPOOL_RPC_URL": anvil.url,
                 "PROOFPOOL_DEPLOYMENTS_DIR": str(deployments),
+                "PROOFPOOL_STATE_DIR": str(root / "state"),  # nonce locks and the like stay with the stack
                 "PROOFPOOL_BACKEND_URL": backend_url,
                 "PROOFPOOL_BACKEND_PORT": str(port),
                 "PROOFPOOL_INDEXER_POLL_INTERVAL": "0.1",

@@ -1,5 +1,6 @@
-"""A validator's standing, for `proofpool validator status`: its verdicts (PostgreSQL), what it
-earned (chain + public ledger), the slashes it reported, and how much work waits in the queues.
+"""A validator's standing, for `proofpool validator status`: its ETH for gas and verdicts
+(PostgreSQL), what it earned (chain + public ledger), the slashes it reported, and how much work
+waits in the queues; and the gas check `proofpool validator run` starts with.
 
 Each source may be down independently; the figure is then replaced by a line saying why, and
 the others are still shown.
@@ -16,16 +17,37 @@ from proofpool.validator import store
 from proofpool.core.errors import ProofpoolError
 from proofpool.infra.broker import REVIEWS_QUEUE, VALIDATE_QUEUE, VERDICTS_QUEUE, reviews_queue, verdicts_queue
 from proofpool.infra.chain.client import ChainClient
+from proofpool.infra.chain.gas import eth_balance, gas_warning, require_gas
+from proofpool.infra.chain.units import format_eth, parse_eth
 from proofpool.infra.config import Settings
 from proofpool.infra.http.ledger_client import LedgerClient
 
 
+def min_gas(settings: Settings) -> int:
+    """`PROOFPOOL_VALIDATOR_MIN_GAS_ETH` in wei (0: no minimum)."""
+    return parse_eth(str(settings.validator_min_gas_eth))
+
+
+def require_validator_gas(client: ChainClient, settings: Settings, address: str) -> tuple[int, str | None]:
+    """`address`'s ETH in wei and the warning it deserves (None: none); `InsufficientGas` under the
+    minimum, so a validator does not start deciding verdicts it cannot send."""
+    minimum = min_gas(settings)
+    need = f"a validator needs at least {format_eth(minimum)} ETH, PROOFPOOL_VALIDATOR_MIN_GAS_ETH"
+    balance = require_gas(client.w3, address, minimum, need)
+    return balance, gas_warning(balance, minimum)
+
+
 def validator_status(client: ChainClient, settings: Settings, address: str) -> dict[str, Any]:
+    balance = eth_balance(client.w3, address)
     data: dict[str, Any] = {
         "validator": address,
         "has_validator_role": client.pool.has_role("VALIDATOR_ROLE", address),
+        "eth_balance": balance,
         "withdrawable_rewards": client.pool.reward_balance(address),
     }
+    warning = gas_warning(balance, min_gas(settings))
+    if warning is not None:
+        data["gas_warning"] = warning
     try:
         with psycopg.connect(settings.database_url, connect_timeout=3) as conn:
             counts = store.validator_counts(conn, address)

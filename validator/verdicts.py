@@ -11,7 +11,9 @@ key's rejections: one whose pool's challenge window has passed uncontested is ex
 settled. Last, it sends the contests its reviews decided (`proofpool.validator.review`) and settles them;
 a rejection overturned back to Pending is attested with the review's evidence, since nobody else
 will judge that file again. Exactly one flusher runs per validator key; a PostgreSQL session lock
-enforces it.
+enforces it. A send that fails for any reason (the RPC down, the key out of gas, a revert, any
+other error the node answers) leaves its rows decided with the error recorded: `proofpool validator
+status` counts them as failing, and the next flush tries them again.
 
 See docs/validator-verdicts.md for the whole argument and every failure case.
 """
@@ -30,12 +32,13 @@ from proofpool.validator.review_store import Review
 from proofpool.validator.store import DueRow, Key, SentRejection, VerdictKind
 from psycopg import Connection
 from psycopg.pq import TransactionStatus
+from web3.exceptions import Web3Exception
 from web3.types import TxReceipt
 
 from proofpool.core.errors import ProofpoolError, ServiceUnavailable
 from proofpool.infra.chain.bindings import NO_EVIDENCE, Work, WorkStatus
 from proofpool.infra.chain.client import ChainClient
-from proofpool.infra.chain.errors import ContractRevert, NonceConflict, TxTimeout
+from proofpool.infra.chain.errors import ChainError, ContractRevert, NonceConflict, TxTimeout
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +51,12 @@ TRANSIENT_ERRORS: tuple[type[Exception], ...] = (
 )
 """Failures that say nothing about the verdicts (the chain is unreachable or slow): the rows stay
 decided and the next flush sends them."""
+
+SEND_FAILURES: tuple[type[Exception], ...] = (*TRANSIENT_ERRORS, ChainError, Web3Exception)
+"""Everything that stops a flush's chain side: the transient failures, the key out of gas
+(`InsufficientGas`), a revert `deliver` did not settle, any other error the node answered. Like the
+transient ones they say nothing about the verdicts: the rows not handled yet stay decided with the
+error recorded (counted as failing by `proofpool validator status`) and the next flush tries again."""
 
 MIN_RETRY_SECONDS = 1.0
 """Lower bound of `next_due_in` after failed sends, so a caller never spins on a dead RPC."""
@@ -126,11 +135,12 @@ def flush_verdicts(
                 flush.deliver(rows, send)
             flush.settle_rejections(settle_limit)
             flush.send_contests(settle_limit)
-        except TRANSIENT_ERRORS as exc:
-            # The chain is out of reach: every row not handled yet stays decided for the next flush
-            # (an unsettled rejection stays unsettled: the next flush looks at it again).
-            rest = [row for rows, _ in work for row in rows if row.key not in flush.handled]
-            flush.failed(rest, f"{exc.__class__.__name__}: {exc}")
+        except SEND_FAILURES as exc:
+            # Every row not handled yet stays decided, with the error, for the next flush (an unsettled
+            # rejection or an unsent contest stays so: the next flush looks at it again).
+            error = f"{exc.__class__.__name__}: {exc}"
+            log.error("verdict flush stopped: %s", error, extra={"validator": me})
+            flush.failed([row for rows, _ in work for row in rows if row.key not in flush.handled], error)
     finally:
         if not conn.closed and conn.info.transaction_status == TransactionStatus.IDLE:
             with conn.transaction():

@@ -16,10 +16,13 @@ unless told to wait for its provider). Then it loops, one assignment per turn:
    assigns exactly that, dropped if not (`proofpool.worker.lookahead`).
 
 Faults: anything transient (backend, store or RPC down, a timeout) is retried with backoff and
-logged with pool, node and work key; a restarted worker finishes what its journal holds before
-new work and never generates a journaled batch again (see `proofpool.worker.journal`). `stop` (set on
-SIGTERM) is checked between steps and cuts retry waits short: the current batch is finished if
-it is past generation and the services answer, else left in the journal for the next start.
+logged with pool, node and work key; a backend that answers as if a node that just (re)joined
+were not a member is waited for, within a bound (`proofpool.worker.membership`). A heartbeat
+line is logged at most once a minute (`proofpool.worker.heartbeat_log`). A restarted worker
+finishes what its journal holds before new work and never generates a journaled batch again
+(see `proofpool.worker.journal`). `stop` (set on SIGTERM) is checked between steps and cuts
+retry waits short: the current batch is finished if it is past generation and the services
+answer, else left in the journal for the next start.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ import httpx
 from eth_account.signers.local import LocalAccount
 from proofpool.worker.console import WorkerConsole
 from proofpool.worker.engine import EngineConfig
+from proofpool.worker.heartbeat_log import HeartbeatLog
 from proofpool.worker.journal import PENDING_STATES, BatchState, Journal, JournalEntry
 from proofpool.worker.lookahead import Generated, Lookahead, next_assignment
+from proofpool.worker.membership import JOIN_INDEX_TIMEOUT, JoinIndexWait
 from proofpool.worker.models import EngineSlot, ModelResolver, Unservable
 from proofpool.worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
 from proofpool.worker.rollout import RolloutFile, generate_rollout_file
@@ -52,6 +57,7 @@ from proofpool.envs import pool_environment
 from proofpool.infra.chain.bindings import MemberState, PoolInfo, PoolStatus
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.errors import ContractRevert
+from proofpool.infra.chain.gas import require_gas
 from proofpool.infra.chain.units import format_pool
 from proofpool.infra.http.node_api import Assignment, BatchRef, Heartbeat, NodeApi
 from proofpool.infra.http.node_api import Unservable as UnservableReport
@@ -62,6 +68,8 @@ log = logging.getLogger(__name__)
 
 INDEXER_LAG_ERRORS = frozenset({"node_not_registered", "node_not_announced", "chain_unknown", "pool_not_approved"})
 """Refusals that mean "the backend has not indexed the chain change yet": wait, then ask again."""
+NOT_MEMBER_STATES = frozenset({"ejected", "banned"})
+"""Heartbeat states of a node the backend does not count as a member (a rejoin it has not indexed yet)."""
 
 SHUTDOWN_SECONDS = 25.0
 """How long a stopping worker lets its submitter finish (SIGTERM must end the process within 30 s)."""
@@ -95,6 +103,8 @@ class WorkerConfig:
     async_window: int = 2
     """The validators' version window: a journaled batch older than latest - window is not submitted."""
     backoff: Backoff = field(default_factory=Backoff)
+    join_index_timeout: float = JOIN_INDEX_TIMEOUT
+    """Seconds the backend may answer as if the node had not (re)joined before the worker gives up."""
     specs: dict[str, Any] = field(default_factory=dict)
     strategy: RolloutStrategy = field(default_factory=Honest)
     """How rollout files are made and sent (`proofpool.worker.strategy`): honest, except in devnet drills."""
@@ -133,6 +143,10 @@ class WorkerNode:
         """One client for every presigned PUT (used by the submitter thread only)."""
         self._environment: Environment | None = None
         self._spec_sha256: bytes | None = None
+        self._heartbeats = HeartbeatLog(config.pool_id, self.node)
+        # Bounded waits for the backend's indexer to see a (re)join: the loop's heartbeats, the submitter's uploads.
+        self._beat_membership = JoinIndexWait(config.pool_id, self.node, "heartbeats", config.join_index_timeout)
+        self._upload_membership = JoinIndexWait(config.pool_id, self.node, "upload requests", config.join_index_timeout)
 
     @property
     def environment(self) -> Environment:
@@ -209,8 +223,7 @@ class WorkerNode:
             raise NodeNotReady(f"pool {pool_id} is closed")
         self._adopt(pool)  # its environment must be installed, and the pool consistent, before the node joins
         self._check_not_barred()
-        if self.client.w3.eth.get_balance(node) == 0:
-            raise NodeNotReady(f"node {node} has no ETH to pay gas for submitWork; send it some from the provider")
+        require_gas(self.client.w3, node, 1, "the node pays for its own submitWork; its provider sends it ETH")
         self.console.say(f"node {node} of provider {provider}: stake {format_pool(active)} POOL, pool {pool_id} ok")
         return provider
 
@@ -285,9 +298,8 @@ class WorkerNode:
         except ApiRefused as refused:
             if refused.error != "not_pool_member":
                 raise
-            # Ejected (join again), or joined moments ago and not indexed yet (wait): the chain knows.
-            self.ensure_member()
-            sleep_unless_stopped(self.stop, self.config.backoff.initial)
+            answers = self._rejoin(f"{refused.status} {refused.error}")
+            sleep_unless_stopped(self.stop, self.config.backoff.delay(answers))
             return
         a = beat.assignment
         if a is None:
@@ -298,8 +310,8 @@ class WorkerNode:
                 )
             else:
                 self.console.say(f"node state {beat.state}: no assignment; next heartbeat in {self._idle(beat):.0f} s")
-            if beat.state in ("ejected", "banned"):
-                self.ensure_member()
+            if beat.state in NOT_MEMBER_STATES:
+                self._rejoin(f"heartbeat state {beat.state}")
             sleep_unless_stopped(self.stop, self._idle(beat))
             return
         known = self.journal.get(a.pool_id, a.checkpoint_version, a.batch)
@@ -388,6 +400,9 @@ class WorkerNode:
             self.journal.mark_reported(report)
             self._to_report = None
         self._unservable = None
+        if beat.state not in NOT_MEMBER_STATES:
+            self._beat_membership.seen()
+        self._heartbeats.answered(beat)
         return beat
 
     def finish(self, entry: JournalEntry, fresh: bool = False) -> JournalEntry:
@@ -405,7 +420,7 @@ class WorkerNode:
                 return self._abandon(entry, stale)
         data = self.journal.read_file(entry)
         if entry.state is BatchState.WRITTEN:
-            key = upload(self.api, entry, data, self.stop, self.config.backoff, self._uploads)
+            key = upload(self.api, entry, data, self.stop, self.config.backoff, self._uploads, self._upload_membership)
             entry = self.journal.set_state(entry, BatchState.UPLOADED)
             log.info("uploaded", extra={**self._context(entry), "key": key})
         try:
@@ -437,6 +452,13 @@ class WorkerNode:
         )
         self.console.say(f"[yellow]cannot serve checkpoint {a.checkpoint_version}[/yellow]: {problem}")
         self._unservable = UnservableReport(a.checkpoint_version, a.batch, problem.reason, problem.detail)
+
+    def _rejoin(self, answer: str) -> int:
+        """The backend answered `answer` as if the node were not a member of the pool: join again
+        where the chain agrees (or stop: slashed, blacklisted), then wait for the backend's indexer
+        to see the membership, `JoinNotIndexed` past the bound. Returns the answers so far (a backoff index)."""
+        self.ensure_member()
+        return self._beat_membership.waiting(answer)
 
     def _check_not_barred(self) -> None:
         member = self.client.pool.get_member(self.config.pool_id, self.node)

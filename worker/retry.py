@@ -1,9 +1,12 @@
 """Retry with exponential backoff for the worker's calls to the backend, the store and the chain.
 
 Only errors named transient are retried (a service down, a timeout, a 5xx or 429); anything
-else propagates at once. Every wait can be cut short by the worker's stop event, so SIGTERM
-is honoured within one try rather than after a full retry budget; the try itself still runs,
-so a batch past generation is uploaded and submitted if the services answer at once.
+else propagates at once. A refusal with a Retry-After (the backend's upload rate limit) waits
+exactly that long instead of the backoff: the limit frees a slot at a known time, and waiting
+for it paces the worker to the limit rather than to a backoff that overshoots it. Every wait
+can be cut short by the worker's stop event, so SIGTERM is honoured within one try rather than
+after a full retry budget; the try itself still runs, so a batch past generation is uploaded
+and submitted if the services answer at once.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from proofpool.infra.http.signed_client import ApiRefused
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+RETRY_AFTER_MAX = 300.0
+"""Longest Retry-After honoured as given, in seconds; a longer one is waited this long."""
 
 
 class Stopped(ProofpoolError):
@@ -78,7 +84,7 @@ def retry(
         except Exception as exc:
             if not transient(exc) or (backoff.attempts is not None and attempt + 1 >= backoff.attempts):
                 raise
-            wait = backoff.delay(attempt)
+            wait = retry_wait(exc, backoff, attempt)
             attempt += 1
             log.warning(
                 "%s failed, retrying in %.1f s: %s",
@@ -89,6 +95,15 @@ def retry(
             )
             if stop.wait(wait):
                 raise Stopped(f"stopped while retrying {what}") from exc
+
+
+def retry_wait(exc: BaseException, backoff: Backoff, attempt: int) -> float:
+    """Seconds before try `attempt + 1`: the refusal's Retry-After when it has one (at most
+    `RETRY_AFTER_MAX`), else the backoff's delay."""
+    retry_after = exc.retry_after if isinstance(exc, ApiRefused) else None
+    if retry_after is None:
+        return backoff.delay(attempt)
+    return min(retry_after, RETRY_AFTER_MAX)
 
 
 def sleep_unless_stopped(stop: threading.Event, seconds: float) -> None:

@@ -2,6 +2,8 @@
 
 Upload: a fresh presigned URL per try (URLs expire), then the PUT. Re-uploading the same key
 with the same bytes is harmless, so a worker restarted after an upload simply uploads again.
+A `403 not_active_member` right after a (re)join is the backend's indexer lagging the chain,
+waited out up to a bound (`proofpool.worker.membership`); a `429` waits its Retry-After.
 
 Submit: before every `submitWork` the chain is asked whether the work key is already there.
 A worker killed after its transaction was mined but before the journal said so finds it
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 
 import httpx
 from proofpool.worker.journal import JournalEntry
+from proofpool.worker.membership import JoinIndexWait
 from proofpool.worker.retry import Backoff, is_transient, retry
 
 from proofpool.core.errors import ProofpoolError
@@ -49,15 +52,22 @@ def upload(
     stop: threading.Event,
     backoff: Backoff,
     http: httpx.Client | None = None,
+    membership: JoinIndexWait | None = None,
 ) -> str:
-    """PUT the file through a presigned URL (over `http`, a reused client); returns the object key."""
+    """PUT the file through a presigned URL (over `http`, a reused client); returns the object key.
+    With `membership`, a `not_active_member` refusal is waited out within its bound."""
 
     def once() -> str:
         ticket = api.request_upload(entry.pool_id, entry.work_key, len(data))
+        if membership is not None:
+            membership.seen()
         put_presigned(ticket.url, ticket.headers, data, client=http)
         return ticket.key
 
-    return retry(once, what="upload", stop=stop, backoff=backoff, context=_context(entry))
+    def transient(exc: BaseException) -> bool:
+        return is_transient(exc) or (membership is not None and membership.transient(exc))
+
+    return retry(once, what="upload", stop=stop, backoff=backoff, transient=transient, context=_context(entry))
 
 
 STALE_MARGIN = 1

@@ -241,6 +241,16 @@ async def first_active_pool(conn: AsyncConnection, manager: str) -> PoolRow | No
         return await cur.fetchone()
 
 
+SELECT_MANAGED_POOLS = "SELECT pool_id, manager, status FROM pools WHERE manager = %(manager)s ORDER BY pool_id"
+
+
+async def managed_pools(conn: AsyncConnection, manager: str) -> list[PoolRow]:
+    """Every indexed pool whose manager is `manager`, by id (what the sweeper says it watches)."""
+    async with conn.cursor(row_factory=class_row(PoolRow)) as cur:
+        await cur.execute(SELECT_MANAGED_POOLS, {"manager": manager})
+        return await cur.fetchall()
+
+
 SELECT_MEMBERSHIP = """
     SELECT pool_id, node, provider, state, blacklisted, block_number FROM memberships
     WHERE pool_id = %(pool_id)s AND node = %(node)s"""

@@ -54,6 +54,19 @@ class Ejection:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class Watch:
+    """What a starting sweeper watches, told once so an operator sees the key, the pools and the
+    timing are the ones meant. Pools the manager creates later are swept too."""
+
+    manager: str
+    pools: dict[int, str]
+    """Pool id -> status of every indexed pool the manager key manages."""
+    dead_after: float
+    interval: float
+    dry_run: bool
+
+
 def chain_ejector(client: ChainClient) -> Ejector:
     """An ejector sending `ComputePool.ejectNode` as `client`'s account (the pool manager)."""
 
@@ -125,8 +138,10 @@ async def run_sweeper(
     once: bool = False,
     dry_run: bool = False,
     report: Callable[[Ejection], None] | None = None,
+    started: Callable[[Watch], None] | None = None,
 ) -> None:
-    """Sweep every `interval` seconds until cancelled (or one sweep with `once`)."""
+    """Sweep every `interval` seconds until cancelled (or one sweep with `once`); `started` hears
+    what is watched once the database answers."""
     manager = manager_key(settings)
     if manager is None:
         raise ConfigError("the sweeper needs the pool manager key: set PROOFPOOL_MANAGER_PRIVATE_KEY")
@@ -140,7 +155,11 @@ async def run_sweeper(
     redis = Redis.from_url(settings.redis_url)
     try:
         async with await AsyncConnection.connect(settings.database_url, autocommit=True) as conn:
-            log.info("sweeper started", extra={"manager": manager.address, "interval": interval, "dry_run": dry_run})
+            pools = {pool.pool_id: pool.status for pool in await db.managed_pools(conn, manager.address)}
+            watch = Watch(manager.address, pools, settings.dead_after, interval, dry_run)
+            log.info("sweeper started", extra=watch.__dict__)
+            if started is not None:
+                started(watch)
             while True:
                 for ejection in await sweep_once(
                     conn, redis, manager.address, eject, now=time.time(), thresholds=thresholds

@@ -15,12 +15,13 @@ store, checkpoints, the database, the broker, the served pools):
 `Settings` composes the role classes by multiple inheritance, so one object serves every caller
 and an environment variable has the same name whichever role reads it.
 
-Default paths (each overridable by its variable): running from a source checkout (the folder two
-levels above this package holds `pyproject.toml` and `contracts/`; an editable install counts),
-the checkout's own folders (`contracts/`, `deployments/`, `.devnet/`), as `make demo` and the tests
-use them. Installed from a wheel, the user's data directory: `$XDG_DATA_HOME/proofpool`, else
-`~/.local/share/proofpool` (`contracts/`, `deployments/`, `state/`); the compiled contracts then
-come from the package itself (`proofpool.infra.chain.artifacts`).
+Default paths (each overridable by its variable): local state and address books are the user's,
+not the code's: they live in the user's data directory, `$XDG_DATA_HOME/proofpool`, else
+`~/.local/share/proofpool` (`state/`, `deployments/`), wherever proofpool runs from; the devnet and
+the tests name their own. The contracts folder is build output: from a source checkout (the folder
+two levels above this package holds `pyproject.toml` and `contracts/`; an editable install counts)
+the checkout's `contracts/`; installed from a wheel, `<data dir>/contracts`, the compiled contracts
+then coming from the package itself (`proofpool.infra.chain.artifacts`).
 
 Nothing is built at import time: call `get_settings()` where a setting is needed, so tests
 can change the environment first.
@@ -29,6 +30,7 @@ can change the environment first.
 from __future__ import annotations
 
 import os
+from decimal import Decimal
 from functools import lru_cache
 from pathlib import Path
 from typing import Annotated, Final, Literal
@@ -50,9 +52,9 @@ def user_data_dir() -> Path:
     return base / "proofpool"
 
 
-def _default_dir(checkout: str, installed: str) -> Path:
-    """`REPO_ROOT/<checkout>` from a source checkout, else `<user data dir>/<installed>`."""
-    return REPO_ROOT / checkout if FROM_CHECKOUT else user_data_dir() / installed
+def _contracts_dir() -> Path:
+    """`REPO_ROOT/contracts` from a source checkout (its sources and build), else `<user data dir>/contracts`."""
+    return REPO_ROOT / "contracts" if FROM_CHECKOUT else user_data_dir() / "contracts"
 
 
 class CommonSettings(BaseSettings):
@@ -67,13 +69,14 @@ class CommonSettings(BaseSettings):
     """Seconds before a JSON-RPC request is abandoned."""
     tx_receipt_timeout: float = Field(60.0, gt=0)
     """Seconds to wait for a transaction to be mined."""
-    contracts_dir: Path = Field(default_factory=lambda: _default_dir("contracts", "contracts"))
+    contracts_dir: Path = Field(default_factory=_contracts_dir)
     """Solidity sources, npm toolchain (solcjs, anvil) and the compiled `build/` folder; without a
     `build/`, the contracts compiled into the installed package are used."""
-    deployments_dir: Path = Field(default_factory=lambda: _default_dir("deployments", "deployments"))
+    deployments_dir: Path = Field(default_factory=lambda: user_data_dir() / "deployments")
     """Address books, one `<chain-id>.json` per chain."""
-    state_dir: Path = Field(default_factory=lambda: _default_dir(".devnet", "state"))
-    """Where local processes keep logs, pid files, nonce locks and data (devnet, trainer, relay)."""
+    state_dir: Path = Field(default_factory=lambda: user_data_dir() / "state")
+    """Where local processes keep logs, pid files, nonce locks and data (`chain up`, `storage up`,
+    devnet runs, trainer, relay); `--state-dir` on `chain` and `storage` commands."""
     anvil_port: int = Field(8545, ge=1, le=65535)
     """Port of the devnet chain started by `proofpool chain up`."""
     private_key: str | None = Field(None, repr=False)
@@ -237,6 +240,9 @@ class ValidatorSettings(CheckpointSettings, DatabaseSettings, BrokerSettings, Se
     validator_review_interval: float = Field(15.0, gt=0)
     """Seconds between the verdict sender's looks for other validators' rejections to review (and for
     its own rejections whose challenge window closes); keep it well under the pools' challenge windows."""
+    validator_min_gas_eth: Decimal = Field(Decimal("0.01"), ge=0)
+    """ETH the validator key must hold for `validator run` to start (every verdict is a transaction it
+    pays for); under 10x this it starts with a warning. 0 turns the check off."""
 
 
 class TrainerSettings(CheckpointSettings):
@@ -250,8 +256,10 @@ class BackendSettings(ObjectStoreSettings, DatabaseSettings, BrokerSettings, Ser
 
     upload_url_ttl: int = Field(900, ge=1)
     """Seconds a presigned upload URL stays valid."""
-    upload_rate_per_minute: int = Field(30, ge=1)
-    """Upload URLs one node may request per minute."""
+    upload_rate_per_minute: int = Field(120, ge=1)
+    """Upload URLs one node may request per minute (one per rollout file). Above the file rate of a
+    default worker on a default pool (a devnet batch takes about a second: 60 a minute), so such a
+    worker is never limited; a node over it waits the 429's Retry-After (docs/operator.md)."""
     backend_host: str = "127.0.0.1"
     backend_port: int = Field(8000, ge=1, le=65535)
     db_pool_min: int = Field(1, ge=1)
@@ -279,8 +287,9 @@ class BackendSettings(ObjectStoreSettings, DatabaseSettings, BrokerSettings, Ser
     """Largest request body the API reads, counted as it arrives (chunked bodies included)."""
     metrics_address: str = "127.0.0.1:9107"
     """HOST:PORT of the backend's Prometheus `/metrics`, a server of its own apart from the public
-    API (an internal interface; every API worker process binds it with SO_REUSEPORT, and a scrape
-    reads the process that takes it). Port 0: any free port; empty: no metrics server."""
+    API (an internal interface; every API worker process binds it with SO_REUSEPORT, and whichever
+    takes a scrape answers with the counters of all: `proofpool.backend.metrics`). Port 0: any free
+    port; empty: no metrics server."""
     manager_private_key: str | None = Field(None, repr=False)
     """Pool manager key held by the orchestrator to sign invites and eject nodes. Never logged."""
     heartbeat_interval: float = Field(10.0, gt=0)

@@ -327,11 +327,12 @@ def test_presign_refuses_ttl_outside_sigv4_limits(object_store: ObjectStore, ttl
 
 @pytest.mark.slow
 def test_cli_up_ls_down_round_trip(tmp_path: Path) -> None:
-    """`storage up --detach`, `ls`, `down` as an operator runs them (three CLI processes)."""
+    """`storage up --detach`, `ls`, `down` as an operator runs them (three CLI processes), `up` and
+    `down` on one --state-dir."""
     port = SeaweedPorts.free().s3
+    state = ("--state-dir", str(tmp_path / "state"))
     env = {
         **os.environ,
-        "PROOFPOOL_STATE_DIR": str(tmp_path / "state"),
         "S3_ENDPOINT_URL": f"http://127.0.0.1:{port}",
         "AWS_ACCESS_KEY_ID": "cli-key",
         "AWS_SECRET_ACCESS_KEY": "cli-secret-key",
@@ -343,7 +344,7 @@ def test_cli_up_ls_down_round_trip(tmp_path: Path) -> None:
         command = [sys.executable, "-m", "proofpool.cli.main", "storage", *args]
         return subprocess.run(command, env=env, capture_output=True, text=True, timeout=90)
 
-    up = cli("up", "--detach")
+    up = cli("up", "--detach", *state)
     assert up.returncode == 0, up.stderr
     pid_file = tmp_path / "state" / "seaweed.pid"
     try:
@@ -364,6 +365,6 @@ def test_cli_up_ls_down_round_trip(tmp_path: Path) -> None:
         assert listed.returncode == 0, listed.stderr
         assert [(o["key"], o["size"]) for o in json.loads(listed.stdout)] == [("pools/1/rollouts/a.parquet", 3)]
     finally:
-        down = cli("down")
+        down = cli("down", *state)
     assert down.returncode == 0 and "stopped" in down.stdout, down.stderr
     assert not pid_file.exists()

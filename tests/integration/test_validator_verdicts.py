@@ -485,3 +485,43 @@ def test_an_overturned_rejection_is_settled_without_a_slash(world, conn, flush_c
     assert "overturned: on-chain PENDING" in note
     # The overturned verdict cost our validator its slash, credited to the contester.
     assert world.client().pool.reward_balance(world.second.address) == 50 * TOKEN
+
+
+def test_a_key_without_gas_leaves_its_verdicts_failing_with_the_reason(world, conn, flush_conn):
+    keys = world.submit(2)
+    cheat = world.submit(1, node="bob")[0]
+    decide(world, conn, keys)
+    decide(world, conn, [cheat], "invalid", "eos_missing")
+    me = world.cast.validator.address
+    world.anvil.rpc("anvil_setBalance", [me, "0x0"])
+
+    result = flush_verdicts(flush_conn, world.validator, **ALL_DUE)
+
+    assert (result.failed, result.attested, result.invalidated) == (3, 0, 0)
+    assert result.next_due_in == 1.0
+    for state, tx, attempts, error, _ in rows(conn, [*keys, cheat]):
+        assert (state, tx, attempts) == ("decided", None, 1)
+        assert error.startswith(f"InsufficientGas: {me} has 0 ETH for gas (this transaction needs about 0.0")
+    assert store.validator_counts(conn, me)["failing"] == 3
+
+    world.anvil.rpc("anvil_setBalance", [me, hex(10**18)])
+    again = flush_verdicts(flush_conn, world.validator, **ALL_DUE)
+    assert (again.attested, again.invalidated, again.failed) == (2, 1, 0)
+    assert store.validator_counts(conn, me)["failing"] == 0
+
+
+def test_any_error_the_node_answers_leaves_the_verdicts_failing(world, conn, flush_conn):
+    keys = world.submit(2)
+    decide(world, conn, keys)
+    limit = world.w3.eth.get_block("latest")["gasLimit"]
+    world.anvil.rpc("evm_setBlockGasLimit", [hex(30_000)])  # no verdict transaction fits in a block
+    try:
+        result = flush_verdicts(flush_conn, world.validator, **ALL_DUE)
+    finally:
+        world.anvil.rpc("evm_setBlockGasLimit", [hex(limit)])
+
+    assert (result.failed, result.attested) == (2, 0)
+    for state, _, attempts, error, _ in rows(conn, keys):
+        assert (state, attempts) == ("decided", 1) and error.startswith("Web3RPCError: ")
+    assert store.validator_counts(conn, world.cast.validator.address)["failing"] == 2
+    assert flush_verdicts(flush_conn, world.validator, **ALL_DUE).attested == 2

@@ -76,19 +76,30 @@ def test_the_data_directory_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_pat
     assert user_data_dir() == Path.home() / ".local" / "share" / "proofpool"
 
 
-def test_defaults_are_the_checkout_folders_here_and_the_data_directory_from_a_wheel(
+def test_state_and_address_books_default_to_the_data_directory_from_a_checkout_and_a_wheel(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    """Two stacks from one clone share no state by default: it is the user's, not the checkout's.
+    Only the contracts (build output) stay in the checkout."""
     for name in ("PROOFPOOL_STATE_DIR", "PROOFPOOL_DEPLOYMENTS_DIR", "PROOFPOOL_CONTRACTS_DIR"):
         monkeypatch.delenv(name, raising=False)
-    assert config.FROM_CHECKOUT
-    here = Settings()
-    assert (here.state_dir, here.deployments_dir) == (config.REPO_ROOT / ".devnet", config.REPO_ROOT / "deployments")
-    monkeypatch.setattr(config, "FROM_CHECKOUT", False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
-    installed = Settings()
-    assert installed.state_dir == tmp_path / "proofpool" / "state"
-    assert installed.deployments_dir == tmp_path / "proofpool" / "deployments"
+    assert config.FROM_CHECKOUT
+    for from_checkout in (True, False):
+        monkeypatch.setattr(config, "FROM_CHECKOUT", from_checkout)
+        settings = Settings()
+        assert settings.state_dir == tmp_path / "proofpool" / "state"
+        assert settings.deployments_dir == tmp_path / "proofpool" / "deployments"
+        contracts = config.REPO_ROOT / "contracts" if from_checkout else tmp_path / "proofpool" / "contracts"
+        assert settings.contracts_dir == contracts
+
+
+def test_the_tests_never_default_into_the_users_data_directory() -> None:
+    """tests/conftest.py points the defaults into a folder of the run before any test reads them."""
+    settings = Settings()
+    real = Path.home() / ".local" / "share" / "proofpool"
+    for path in (settings.state_dir, settings.deployments_dir, user_data_dir()):
+        assert not path.is_relative_to(real) and not path.is_relative_to(config.REPO_ROOT), path
 
 
 def test_artifacts_come_from_the_package_when_there_is_no_build_folder(

@@ -69,7 +69,9 @@ def test_keys_new_writes_an_owner_only_v3_keystore_that_loads_back(tmp_path, mon
     account = load_account(str(out))
     assert account.address == Account.from_key(Account.decrypt(data, PASSWORD)).address
     assert f"new key {account.address} written to {out}" in result.output
-    assert "node key" in result.output and "provider key stays with the provider" in result.output
+    output = " ".join(result.output.split())
+    assert "node key" in output and "provider key (it holds the stake) never goes to a worker" in output
+    assert f"proofpool chain fund {account.address}" in output
     assert account.key.hex().removeprefix("0x") not in result.output.replace("\n", "")
     assert PASSWORD not in result.output
 

@@ -1,4 +1,5 @@
-"""Start and stop a local anvil chain (the devnet) from the npm package `@foundry-rs/anvil`.
+"""Start and stop a local anvil chain (the devnet) from the npm package `@foundry-rs/anvil`, and
+give any address devnet ETH (`fund_account`, `proofpool chain fund`).
 
 Tests, benchmarks and `proofpool chain up` share this one launcher so every caller gets
 the same flags, the same readiness check and the same clean shutdown.
@@ -17,8 +18,14 @@ from pathlib import Path
 import httpx
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from eth_utils import is_address, to_checksum_address
+from web3 import Web3
+from web3.exceptions import Web3RPCError
 
-from proofpool.core.errors import ServiceUnavailable
+from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.infra.chain.calls import rpc
+from proofpool.infra.chain.gas import eth_balance
+from proofpool.infra.chain.networks import DEVNET_CHAIN_ID
 from proofpool.infra.config import get_settings
 
 # anvil's well-known development keys (mnemonic "test test ... junk"); devnet only.
@@ -38,7 +45,9 @@ ANVIL_KEYS: tuple[str, ...] = (
 
 ANVIL_MNEMONIC = "test test test test test test test test test test test junk"
 ANVIL_ACCOUNTS = 20
-"""Accounts anvil funds with 10,000 ETH (its default is 10; the full devnet needs 13)."""
+"""Accounts anvil funds with `ANVIL_BALANCE_ETH` (its default is 10; the full devnet needs 13)."""
+ANVIL_BALANCE_ETH = 10_000
+"""ETH anvil gives each of its well-known accounts at start (its default, which `start_anvil` keeps)."""
 
 
 def anvil_account(index: int) -> LocalAccount:
@@ -48,6 +57,29 @@ def anvil_account(index: int) -> LocalAccount:
         return Account.from_key(ANVIL_KEYS[index])
     Account.enable_unaudited_hdwallet_features()
     return Account.from_mnemonic(ANVIL_MNEMONIC, account_path=f"m/44'/60'/0'/0/{index}")
+
+
+def fund_account(w3: Web3, address: str, wei: int) -> int:
+    """Add `wei` to `address`'s ETH on the devnet chain (anvil's `anvil_setBalance`: no sender
+    needed, and nothing is taken from the well-known accounts); returns the new balance.
+
+    Refuses any chain but the devnet's (chain id 31337): anywhere else ETH has to be sent by someone
+    who holds it.
+    """
+    chain_id = w3.eth.chain_id
+    if chain_id != DEVNET_CHAIN_ID:
+        raise ProofpoolError(
+            f"chain {chain_id} is not the devnet (chain id {DEVNET_CHAIN_ID}): only a devnet chain makes ETH; "
+            "send some from a funded wallet"
+        )
+    if not is_address(address):
+        raise ProofpoolError(f"not an address: {address!r} (expected 0x and 40 hex digits)")
+    account = to_checksum_address(address)
+    try:
+        rpc(w3, "anvil_setBalance", [account, hex(eth_balance(w3, account) + wei)])
+    except Web3RPCError as exc:
+        raise ProofpoolError(f"the chain refused anvil_setBalance ({exc}): is it anvil?") from exc
+    return eth_balance(w3, account)
 
 
 def anvil_binary() -> Path:

@@ -13,6 +13,8 @@ from eth_abi import decode as abi_decode
 from eth_utils import keccak, to_bytes, to_checksum_address
 
 from proofpool.core.errors import ProofpoolError
+from proofpool.infra.chain.networks import DEVNET_CHAIN_ID
+from proofpool.infra.chain.units import format_eth
 
 _ERROR_STRING = b"\x08\xc3\x79\xa0"  # Error(string)
 _PANIC = b"\x4e\x48\x7b\x71"  # Panic(uint256)
@@ -44,6 +46,22 @@ class TxTimeout(ChainError):
 
 class NonceConflict(ChainError):
     """The sender's nonce kept colliding with other senders after all retries."""
+
+
+class InsufficientGas(ChainError):
+    """`address` holds too little ETH to pay for gas: `balance` wei, for what `need` says (e.g. "this
+    transaction needs about 0.0004 ETH"; None when the node did not say how much). On the devnet the
+    message names the command that sends it some."""
+
+    def __init__(self, address: str, balance: int, chain_id: int, need: str | None = None) -> None:
+        self.address = address
+        self.balance = balance
+        self.chain_id = chain_id
+        message = f"{address} has {format_eth(balance)} ETH for gas" + (f" ({need})" if need else "")
+        message += ": send it some"
+        if chain_id == DEVNET_CHAIN_ID:
+            message += f" (devnet: proofpool chain fund {address})"
+        super().__init__(message)
 
 
 def _show(value: Any) -> str:

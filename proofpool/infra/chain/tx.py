@@ -1,6 +1,7 @@
 """Sending transactions: local signing, one nonce sequence per sender, fee bumps on
-"underpriced", resync on "nonce too low", receipts with a timeout, and reverts turned
-into `ContractRevert` named after the contract's custom error.
+"underpriced", resync on "nonce too low", receipts with a timeout, reverts turned into
+`ContractRevert` named after the contract's custom error, and a node's "insufficient funds"
+turned into `InsufficientGas` naming the sender, its balance and what the transaction needs.
 
 One key may send from several threads (a lock) and several processes on one machine
 (a file lock next to the devnet state); senders on other machines are reconciled by the
@@ -20,19 +21,31 @@ from eth_account.signers.local import LocalAccount
 from filelock import FileLock
 from hexbytes import HexBytes
 from web3 import Web3
-from web3.contract.contract import ContractFunction
+from web3.contract.contract import ContractConstructor, ContractFunction
 from web3.exceptions import ContractLogicError, TimeExhausted, Web3RPCError
 from web3.types import TxReceipt
 
 from proofpool.infra.chain.artifacts import Artifact
 from proofpool.infra.chain.calls import rpc
-from proofpool.infra.chain.errors import ContractRevert, NonceConflict, TxTimeout, decode_revert
+from proofpool.infra.chain.errors import (
+    ChainError,
+    ContractRevert,
+    InsufficientGas,
+    NonceConflict,
+    TxTimeout,
+    decode_revert,
+)
+from proofpool.infra.chain.gas import eth_balance
+from proofpool.infra.chain.units import format_eth
 from proofpool.infra.config import get_settings
 
 log = logging.getLogger(__name__)
 
 _NONCE_ERRORS = ("nonce too low", "already known", "nonce has already been used", "invalid nonce")
 _UNDERPRICED = ("underpriced", "fee too low", "max fee per gas less than block base fee")
+_NO_FUNDS = ("insufficient funds", "doesn't have enough funds")
+"""How nodes refuse a sender that cannot pay (geth and anvil: "insufficient funds for gas * price +
+value"; hardhat: "sender doesn't have enough funds"), on a send or on an estimate with a value."""
 _GAS_MARGIN = 1.2
 _FEE_KEYS = ("gasPrice", "maxFeePerGas", "maxPriorityFeePerGas")
 _MAX_ATTEMPTS = 6
@@ -61,6 +74,18 @@ def revert_from_exception(exc: Exception) -> ContractRevert | None:
         if "revert" in message.lower():
             return decode_revert(None)
     return None
+
+
+def _says_no_funds(exc: Exception) -> bool:
+    """True when the node refused a request because the sender cannot pay for it."""
+    message = str(exc).lower()
+    return isinstance(exc, Web3RPCError) and any(s in message for s in _NO_FUNDS)
+
+
+def max_cost(tx: dict[str, Any]) -> int:
+    """Wei a built transaction may cost its sender at most: gas limit times max fee, plus its value."""
+    fee = tx.get("maxFeePerGas", tx.get("gasPrice", 0))
+    return int(tx["gas"]) * int(fee) + int(tx.get("value", 0))
 
 
 def call_data(w3: Web3, to: str, data: bytes, sender: str | None = None) -> bytes:
@@ -127,17 +152,40 @@ class TxSender:
         if the transaction reverted anyway (state changed in between).
         """
         tx: dict[str, Any] = {"from": self.address, "value": value, "chainId": self._chain_id}
+        if gas is None:
+            gas = self._estimate(fn, value)
         try:
-            if gas is None:
-                gas = int(fn.estimate_gas({"from": self.address, "value": value}) * _GAS_MARGIN)
             # with the fees given, web3 does not fetch them itself (two round trips saved)
             built = fn.build_transaction({**tx, "gas": gas, **self._fees(1.0)})
         except Exception as exc:
-            revert = revert_from_exception(exc)
-            if revert is None:
+            refusal = self._refusal(exc)
+            if refusal is None:
                 raise
-            raise revert from None
+            raise refusal from None
         return self._send_built(built)
+
+    def estimate_cost(self, fn: ContractFunction, value: int = 0) -> int:
+        """Wei that `send(fn, value)` would cost at most at the current fees (for checks before a
+        sequence of transactions); a revert raises `ContractRevert`, as `send` would."""
+        return max_cost({"gas": self._estimate(fn, value), "value": value, **self._fees(1.0)})
+
+    def _estimate(self, fn: ContractFunction | ContractConstructor, value: int) -> int:
+        """Gas limit for `fn`: the node's estimate with a margin."""
+        try:
+            return int(fn.estimate_gas({"from": self.address, "value": value}) * _GAS_MARGIN)
+        except Exception as exc:
+            refusal = self._refusal(exc)
+            if refusal is None:
+                raise
+            raise refusal from None
+
+    def _refusal(self, exc: Exception, cost: int | None = None) -> ChainError | None:
+        """What a failed estimate or send tells the caller: too little ETH (`InsufficientGas`; `cost`
+        is what the transaction needed, when known), a revert (`ContractRevert`), or None: neither."""
+        if _says_no_funds(exc):
+            need = None if cost is None else f"this transaction needs about {format_eth(cost)} ETH"
+            return InsufficientGas(self.address, eth_balance(self.w3, self.address), self._chain_id, need)
+        return revert_from_exception(exc)
 
     def call_data(self, to: str, data: bytes) -> bytes:
         """`call_data` from this account."""
@@ -150,7 +198,7 @@ class TxSender:
         try:
             gas = int(int(rpc(self.w3, "eth_estimateGas", [call]), 16) * _GAS_MARGIN)
         except Web3RPCError as exc:
-            raise revert_from_exception(exc) or exc from None
+            raise self._refusal(exc) or exc from None
         built = {"from": self.address, "to": to, "data": data, "value": 0, "gas": gas, "chainId": self._chain_id}
         return self._send_built({**built, **self._fees(1.0)})
 
@@ -158,16 +206,8 @@ class TxSender:
         """Deploy `artifact` with constructor `args`; returns the checksum address."""
         factory = self.w3.eth.contract(abi=artifact.abi, bytecode=artifact.bytecode)
         ctor = factory.constructor(*args)
-        try:
-            estimate = ctor.estimate_gas({"from": self.address})
-        except Exception as exc:
-            revert = revert_from_exception(exc)
-            if revert is None:
-                raise
-            raise revert from None
-        built = ctor.build_transaction(
-            {"from": self.address, "chainId": self._chain_id, "gas": int(estimate * _GAS_MARGIN)}
-        )
+        gas = self._estimate(ctor, 0)
+        built = ctor.build_transaction({"from": self.address, "chainId": self._chain_id, "gas": gas})
         receipt = self._send_built(built)
         return Web3.to_checksum_address(receipt["contractAddress"])
 
@@ -223,9 +263,9 @@ class TxSender:
                         fees = {}
                         self._fee_cache = None  # fees moved: the next transaction fetches them again
                         continue
-                    revert = revert_from_exception(exc)
-                    if revert is not None:
-                        raise revert from None
+                    refusal = self._refusal(exc, max_cost({**built, **fees}))
+                    if refusal is not None:
+                        raise refusal from None
                     raise
             return self._wait(tx_hash, built)
         raise NonceConflict(f"could not place a transaction for {self.address} after {_MAX_ATTEMPTS} tries")

@@ -24,10 +24,11 @@ Retry-After means the request was not fresh, which waiting does not fix."""
 
 
 class ApiRefused(ProofpoolError):
-    """The backend answered 4xx/5xx; `status`, `error` (code) and `detail` from its JSON body."""
+    """The backend answered 4xx/5xx; `status`, `error` (code) and `detail` from its JSON body,
+    and `retry_after`: the seconds of its Retry-After header (a 429 has one), else None."""
 
-    def __init__(self, status: int, error: str, detail: Any) -> None:
-        self.status, self.error, self.detail = status, error, detail
+    def __init__(self, status: int, error: str, detail: Any, retry_after: float | None = None) -> None:
+        self.status, self.error, self.detail, self.retry_after = status, error, detail, retry_after
         super().__init__(f"backend refused ({status} {error}): {detail}")
 
 
@@ -56,11 +57,12 @@ class SignedClient:
             time.sleep(wait)
             reply = self._send(method, full_path, body, json_body is not None)
         if reply.status_code >= 400:
+            retry_after = _retry_after(reply)
             try:
                 data = reply.json()
-                raise ApiRefused(reply.status_code, data.get("error", "error"), data.get("detail"))
+                raise ApiRefused(reply.status_code, data.get("error", "error"), data.get("detail"), retry_after)
             except ValueError:
-                raise ApiRefused(reply.status_code, "error", reply.text[:200]) from None
+                raise ApiRefused(reply.status_code, "error", reply.text[:200], retry_after) from None
         return reply.json() if reply.content else None
 
     def _send(self, method: str, full_path: str, body: bytes, is_json: bool) -> httpx.Response:
@@ -83,6 +85,16 @@ class SignedClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _retry_after(reply: httpx.Response) -> float | None:
+    """The Retry-After header in seconds (the backend sends delta-seconds), None if absent or not a
+    non-negative number."""
+    try:
+        seconds = float(reply.headers.get("Retry-After", ""))
+    except ValueError:
+        return None
+    return seconds if seconds >= 0 else None
 
 
 def _resign_wait(reply: httpx.Response) -> int | None:
