@@ -111,7 +111,7 @@ def run(
         if not world.main:
             follow_trainer(world)
         else:
-            enable_progress_logs("trainer", "proofpool.infra.checkpoint")
+            enable_progress_logs("proofpool.trainer", "proofpool.infra.checkpoint")
             try:
                 client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
                 check_off_devnet(settings, client.chain_id, [key or os.environ.get(KEY_ENV)])

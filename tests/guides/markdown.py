@@ -1,6 +1,6 @@
 """The commands of a guide, read from its Markdown as a reader would copy them.
 
-A guide's ```bash blocks are its commands, in order. Inside a block:
+A guide's ```bash and ```python blocks are its commands, in order. Inside a bash block:
 
 - a line ending in `\\` continues on the next line (joined as the shell would);
 - a full-line comment directly after a command is that command's documented output: the test
@@ -8,9 +8,13 @@ A guide's ```bash blocks are its commands, in order. Inside a block:
 - a full-line comment before any command of the block is prose, not output;
 - `# ...` after a command on the same line is the shell's own comment.
 
+A python block is one command: the block saved as a file and run with `python` (a script, as
+multiprocessing needs of a main module); the full-line comments that end it are its documented
+output.
+
 A block the test cannot run on one machine (a second trainer under torchrun, a model directory the
 reader brings) is marked `<!-- guide: skip (why) -->` on the line before its fence, which readers
-of the rendered page do not see. ```python, ```sql, ```ini and other blocks are never run.
+of the rendered page do not see. ```sql, ```ini and other blocks are never run.
 """
 
 from __future__ import annotations
@@ -57,6 +61,8 @@ def guide_commands(path: Path, root: Path) -> list[Command]:
         end = _closing_fence(lines, index)
         if fence.group(1) in ("bash", "sh") and not _skipped(lines, index):
             commands.extend(_block_commands(doc, section, lines, index + 1, end))
+        elif fence.group(1) == "python" and not _skipped(lines, index):
+            commands.append(_python_command(doc, section, lines, index + 1, end))
         index = end + 1
     return commands
 
@@ -97,6 +103,18 @@ def _block_commands(doc: str, section: str, lines: list[str], start: int, end: i
         commands.append(Command(doc, first + 1, section, " ".join(parts), ()))
         index += 1
     return commands
+
+
+def _python_command(doc: str, section: str, lines: list[str], start: int, end: int) -> Command:
+    code = lines[start:end]
+    output: list[str] = []
+    while code and (code[-1].startswith("# ") or not code[-1].strip()):
+        if code[-1].strip():
+            output.insert(0, code[-1][2:].strip())
+        code.pop()
+    script = "\n".join(code)
+    text = f"cat > guide_snippet.py <<'PYTHON'\n{script}\nPYTHON\npython guide_snippet.py"
+    return Command(doc, start + 1, section, text, tuple(output))
 
 
 def _follows_command(lines: list[str], index: int, last: Command) -> bool:

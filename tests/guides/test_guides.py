@@ -13,7 +13,8 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -53,36 +54,37 @@ section, section to stop before)."""
 
 
 def test_operator_validator_provider_and_auditor_guides(tmp_path: Path) -> None:
-    with isolated_stack(tmp_path, chain=True, storage=True) as stack:
-        shell = _shell(stack)
-        market = Market(stack, shell)
-        try:
-            for doc, first, stop in ROLES_ON_ONE_MACHINE:
-                commands = _sections(guide_commands(REPO_ROOT / doc, REPO_ROOT), first, stop)
-                assert commands, f"no commands in {doc} from {first!r} to {stop!r}"
-                shell.run_all(commands, before=market.before)
-                shell.check_services_alive()
-        except GuideFailure as failure:
-            raise GuideFailure(f"{failure}\n\nlast commands:\n" + "\n".join(shell.transcript[-30:])) from None
-        finally:
-            shell.close()
+    with isolated_stack(tmp_path, chain=True, storage=True) as stack, reader(stack) as (shell, market):
+        for doc, first, stop in ROLES_ON_ONE_MACHINE:
+            commands = _sections(guide_commands(REPO_ROOT / doc, REPO_ROOT), first, stop)
+            assert commands, f"no commands in {doc} from {first!r} to {stop!r}"
+            shell.run_all(commands, before=market.before)
+            shell.check_services_alive()
 
 
 def test_readme_by_hand(tmp_path: Path) -> None:
     section = "Running the services by hand"
     with isolated_stack(tmp_path, chain=False, storage=False) as stack:
-        shell = _shell(stack)
-        market = Market(stack, shell)
         commands = [c for c in guide_commands(REPO_ROOT / "README.md", REPO_ROOT) if c.section == section]
         assert len(commands) > 10, f"the README's section {section!r} lost its commands"
-        try:
+        with reader(stack, teardown="proofpool chain down; proofpool storage down; true") as (shell, market):
             shell.run_all(commands, before=market.before)
             shell.check_services_alive()
-        except GuideFailure as failure:
-            raise GuideFailure(f"{failure}\n\nlast commands:\n" + "\n".join(shell.transcript[-30:])) from None
-        finally:
-            shell.close()
-            shell.sh("proofpool chain down; proofpool storage down; true", timeout=60)
+
+
+@contextmanager
+def reader(stack: Stack, teardown: str | None = None) -> Iterator[tuple[GuideShell, Market]]:
+    """A reader's terminal on `stack` and the market around it; a failure shows the last commands
+    and what they printed; every service is stopped at the end (then `teardown` runs)."""
+    shell = _shell(stack)
+    try:
+        yield shell, Market(stack, shell)
+    except GuideFailure as failure:
+        raise GuideFailure(f"{failure}\n\nlast commands:\n" + "\n".join(shell.transcript[-30:])) from None
+    finally:
+        shell.close()
+        if teardown:
+            shell.sh(teardown, timeout=60)
 
 
 def _sections(commands: list[Command], first: str | None, stop: str | None) -> list[Command]:
@@ -145,6 +147,8 @@ def _placeholders(stack: Stack, shell: GuideShell) -> dict[str, str | Callable[[
         "DEADLINE": ownership("deadline"),
         # a submission and a transaction of the pool, as the reader finds them in the ledger
         "0x5c94...2a21": lambda: _ledger_items(backend, "submissions", pool_id=1)[0]["work_key"],
+        "5c94...2a21": lambda: _ledger_items(backend, "submissions", pool_id=1)[0]["work_key"].removeprefix("0x"),
+        "0x7acc75...6235": lambda: _ledger_items(backend, "submissions", pool_id=1)[0]["tx_hash"],
     }
 
 

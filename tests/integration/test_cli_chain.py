@@ -9,37 +9,11 @@ import sys
 
 import pytest
 from eth_account import Account
-from proofpool.cli.main import app
-from typer.testing import CliRunner
 
-from proofpool.core.errors import ProofpoolError
 from proofpool.infra.chain.anvil import ANVIL_KEYS
 from proofpool.infra.chain.units import TOKEN
-from proofpool.infra.config import get_settings
 
 ADMIN, PROVIDER, NODE = ANVIL_KEYS[0], ANVIL_KEYS[4], ANVIL_KEYS[6]
-
-
-@pytest.fixture
-def cli(anvil, tmp_path, monkeypatch):
-    monkeypatch.setenv("PROOFPOOL_RPC_URL", anvil.url)
-    monkeypatch.setenv("PROOFPOOL_DEPLOYMENTS_DIR", str(tmp_path / "deployments"))
-    monkeypatch.setenv("PROOFPOOL_STATE_DIR", str(tmp_path / "state"))
-    get_settings.cache_clear()
-    runner = CliRunner()
-    snapshot = anvil.rpc("evm_snapshot")
-
-    def invoke(*args: str, fails: bool = False):
-        result = runner.invoke(app, list(args))
-        if fails:
-            assert isinstance(result.exception, ProofpoolError), result.output
-            return result.exception
-        assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
-        return result
-
-    yield invoke
-    anvil.rpc("evm_revert", [snapshot])
-    get_settings.cache_clear()
 
 
 def test_provider_and_pool_commands_walk_the_join_flow(cli, tmp_path):

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from eth_account import Account
@@ -16,7 +15,6 @@ from eth_account.signers.local import LocalAccount
 from proofpool.cli.main import app
 from typer.testing import CliRunner
 
-from proofpool.core.errors import ProofpoolError
 from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess, free_port, start_anvil
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.errors import InsufficientGas
@@ -29,29 +27,6 @@ pytestmark = pytest.mark.timeout(180)
 ADMIN = ANVIL_KEYS[0]
 DEAD = f"127.0.0.1:{free_port()}"
 """Where no service answers: the validator commands' database, ledger and broker."""
-
-
-@pytest.fixture
-def cli(anvil: AnvilProcess, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    """The CLI in-process against the session's anvil, rolled back after the test."""
-    monkeypatch.setenv("PROOFPOOL_RPC_URL", anvil.url)
-    monkeypatch.setenv("PROOFPOOL_DEPLOYMENTS_DIR", str(tmp_path / "deployments"))
-    monkeypatch.setenv("PROOFPOOL_STATE_DIR", str(tmp_path / "state"))
-    get_settings.cache_clear()
-    runner = CliRunner()
-    snapshot = anvil.rpc("evm_snapshot")
-
-    def invoke(*args: str, fails: bool = False):
-        result = runner.invoke(app, list(args))
-        if fails:
-            assert isinstance(result.exception, ProofpoolError), f"{result.output}\n{result.exception!r}"
-            return result.exception
-        assert result.exit_code == 0, f"{result.output}\n{result.exception!r}"
-        return result
-
-    yield invoke
-    anvil.rpc("evm_revert", [snapshot])
-    get_settings.cache_clear()
 
 
 def _balance(anvil: AnvilProcess, address: str) -> int:

@@ -32,7 +32,10 @@ torchrun --nproc-per-node 8 train.py
 ## 2. Elsewhere
 
 ```python
-print("never run")
+import sys
+# a comment in the code
+print(sys.version_info.major)
+# 3
 ```
 
 ```sh
@@ -55,9 +58,11 @@ def test_commands_in_order_with_continuations_sections_and_lines(guide: Path) ->
         "proofpool keys new a.json   # a trailing comment is the shell's",
         "proofpool keys show a.json",
         "proofpool pool create --key a.json --fund 10 --start",
+        "cat > guide_snippet.py <<'PYTHON'\nimport sys\n# a comment in the code\nprint(sys.version_info.major)\n"
+        "PYTHON\npython guide_snippet.py",
         "echo done",
     ]
-    assert [c.section for c in commands] == ["1. Keys", "1. Keys", "1. Keys", "2. Elsewhere"]
+    assert [c.section for c in commands] == ["1. Keys", "1. Keys", "1. Keys", "2. Elsewhere", "2. Elsewhere"]
     assert [c.where for c in commands][:3] == ["docs/guide.md:7", "docs/guide.md:8", "docs/guide.md:11"]
 
 
@@ -66,6 +71,8 @@ def test_comments_right_after_a_command_are_its_output(guide: Path) -> None:
     assert commands[0].expected == ()
     assert commands[1].expected == ("0x...",)
     assert commands[2].expected == ("pool ... created", "funded with 10 POOL")
+    assert commands[3].expected == ("3",)  # a python block's closing comments
+    assert commands[4].expected == ()
 
 
 def test_an_unclosed_block_is_an_error(tmp_path: Path) -> None:
