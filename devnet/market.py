@@ -13,7 +13,7 @@ from functools import partial
 from eth_account.signers.local import LocalAccount
 
 from proofpool.core.spec import NO_SPEC
-from proofpool.infra.chain.anvil import anvil_account
+from proofpool.infra.chain.anvil import advance_time, anvil_account
 from proofpool.infra.chain.bindings import PoolParams
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.deploy import grant_validator
@@ -118,5 +118,4 @@ def onboard_node(
 
 def time_travel(admin: ChainClient, seconds: int) -> None:
     """Move anvil's clock forward and mine a block (to close a dispute window on the devnet)."""
-    admin.w3.provider.make_request("evm_increaseTime", [seconds])  # type: ignore[arg-type]
-    admin.w3.provider.make_request("evm_mine", [])  # type: ignore[arg-type]
+    advance_time(admin.w3, seconds)

@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tests.guides.markdown import Command, normalized, output_pattern
 
@@ -110,15 +111,7 @@ class GuideShell:
         script = f"set -a\n{text}\n__status=$?\nenv -0 > {env_file}\nexit $__status\n"
         where = command.where if command else "test"
         try:
-            result = subprocess.run(
-                ["bash", "--noprofile", "--norc", "-c", script],
-                cwd=self.workdir,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                timeout=timeout,
-                start_new_session=True,
-            )
+            result = subprocess.run(**self._bash(script), capture_output=True, timeout=timeout)
         except subprocess.TimeoutExpired as exc:
             raise GuideFailure(f"{where}: `{text}` did not finish in {timeout:.0f} s:\n{_tail(exc.output)}") from None
         output = result.stdout.decode(errors="replace") + result.stderr.decode(errors="replace")
@@ -130,6 +123,17 @@ class GuideShell:
             self.env.pop("__status", None)
             env_file.unlink()
         return output
+
+    def _bash(self, script: str) -> dict[str, Any]:
+        """How every command starts: a plain bash in the working directory with the session's
+        environment, no stdin (nothing may wait for a prompt), in a process group of its own."""
+        return {
+            "args": ["bash", "--noprofile", "--norc", "-c", script],
+            "cwd": self.workdir,
+            "env": self.env,
+            "stdin": subprocess.DEVNULL,
+            "start_new_session": True,
+        }
 
     def _check_output(self, command: Command, output: str) -> None:
         printed = normalized(output)
@@ -144,15 +148,7 @@ class GuideShell:
         log = self.workdir / "logs" / f"{len(self.started):02d}-{_slug(text)}.log"
         log.parent.mkdir(exist_ok=True)
         with log.open("wb") as sink:
-            process = subprocess.Popen(
-                ["bash", "--noprofile", "--norc", "-c", text],
-                cwd=self.workdir,
-                env=self.env,
-                stdin=subprocess.DEVNULL,
-                stdout=sink,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            process = subprocess.Popen(**self._bash(text), stdout=sink, stderr=subprocess.STDOUT)
         self.started.append(Started(command, text, process, log))
         deadline = time.monotonic() + service.timeout
         while True:

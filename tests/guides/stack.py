@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
-from web3 import HTTPProvider, Web3
 
 from proofpool.infra import db
-from proofpool.infra.chain.anvil import free_port, start_anvil
+from proofpool.infra.chain.anvil import advance_time, free_port, start_anvil
+from proofpool.infra.chain.rpc import connect
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage.seaweed import start_seaweed
 
@@ -43,13 +43,9 @@ class Stack:
     bucket: str = "proofpool-guide"
     env: dict[str, str] = field(default_factory=dict)
 
-    def anvil(self, method: str, params: list[object]) -> object:
-        """One of anvil's own JSON-RPC methods (time travel) on the stack's chain."""
-        return Web3(HTTPProvider(self.rpc_url)).provider.make_request(method, params)  # type: ignore[arg-type]
-
     def advance_time(self, seconds: int) -> None:
-        self.anvil("evm_increaseTime", [seconds])
-        self.anvil("evm_mine", [])
+        """Let `seconds` pass on the stack's chain (anvil time travel)."""
+        advance_time(connect(self.rpc_url), seconds)
 
 
 @contextmanager

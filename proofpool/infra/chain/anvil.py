@@ -82,6 +82,13 @@ def fund_account(w3: Web3, address: str, wei: int) -> int:
     return eth_balance(w3, account)
 
 
+def advance_time(w3: Web3, seconds: int) -> None:
+    """Move anvil's clock `seconds` forward and mine a block at the new time (devnet time travel: a
+    dispute window or an unbonding period passes at once)."""
+    rpc(w3, "evm_increaseTime", [seconds])
+    rpc(w3, "evm_mine", [])
+
+
 def anvil_binary() -> Path:
     """The anvil executable: the pinned one `make setup` installs in `contracts/node_modules`, else
     one on PATH (an installed wheel has no npm toolchain of its own)."""
