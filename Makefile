@@ -93,6 +93,7 @@ bench: setup contracts
 	$(PY) -m bench.trainer
 	$(PY) -m bench.broadcast
 	$(PY) -m bench.e2e
+	$(PY) -m bench.diloco  # training pools: bytes per submission, phases, replay cost, utilization
 	$(PY) -m bench.real_model  # SmolLM2 through the worker's engine and the validator's checks
 
 clean:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from proofpool.cli.common import needs_extra
@@ -12,28 +13,50 @@ from rich.console import Console
 
 from proofpool.infra.config import get_settings
 
+if TYPE_CHECKING:
+    from proofpool.devnet.report import Outcome
+
 app = typer.Typer(no_args_is_help=False, invoke_without_command=True)
 
 CHEATS = ("other-model", "edit-tokens", "stale-version", "replay", "none")
+"""--cheat of an RL run (`proofpool worker run --cheat`), "none" for every worker honest."""
+KINDS = ("rl", "diloco")
+DEFAULT_CHEAT = {"rl": "other-model", "diloco": "scaled"}
+RL_ONLY = ("steps", "samples_per_step", "step_timeout", "heldout_problems", "model", "env", "env_config")
+RL_ONLY += ("batch_size", "group_size", "max_tokens", "max_prompt_tokens", "temperature")
+"""Options of an RL run, refused with --kind diloco."""
+DILOCO_ONLY = ("rounds", "round_deadline", "drills", "baselines")
+"""Options of a training pool run, refused with --kind rl."""
+TRAINING_PANEL = "Training pool (--kind diloco)"
 
 
 @app.callback()
 def devnet(ctx: typer.Context) -> None:
     """The embedded devnet: `proofpool devnet` alone runs the whole market (`devnet run`)."""
     if ctx.invoked_subcommand is None:
-        ctx.invoke(run)
+        ctx.invoke(run, ctx=ctx)
 
 
 @app.command()
 @needs_extra("devnet")
 def run(
-    steps: Annotated[int, typer.Option(min=1, help="Trainer steps (checkpoints published) before the run ends.")] = 10,
-    cheat: Annotated[
+    ctx: typer.Context,
+    kind: Annotated[
         str,
         typer.Option(
-            help=f"How the last worker cheats: {', '.join(CHEATS)} (none: every worker honest).",
+            help="rl: an RL pool (rollouts, GRPO trainer); diloco: a training pool (DiLoCo pretraining, the "
+            "aggregator), see the training pool options.",
         ),
-    ] = "other-model",
+    ] = "rl",
+    steps: Annotated[int, typer.Option(min=1, help="Trainer steps (checkpoints published) before the run ends.")] = 10,
+    cheat: Annotated[
+        str | None,
+        typer.Option(
+            help=f"How the last worker cheats. rl: {', '.join(CHEATS)} (default other-model); diloco: a "
+            "--train-cheat of `proofpool worker run` (default scaled); none: every worker honest.",
+            show_default=False,
+        ),
+    ] = None,
     samples_per_step: Annotated[int, typer.Option(min=1, help="Accepted samples per trainer step.")] = 256,
     workers: Annotated[
         int,
@@ -106,8 +129,37 @@ def run(
     temperature: Annotated[
         float, typer.Option(min=0.01, help="Sampling temperature.", rich_help_panel="Model pool")
     ] = 1.0,
+    rounds: Annotated[
+        int,
+        typer.Option(min=1, help="Rounds (checkpoints published) before the run ends.", rich_help_panel=TRAINING_PANEL),
+    ] = 12,
+    round_deadline: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            help="Seconds after its checkpoint a round missing a member's file closes with the others' "
+            "(the spec's round deadline).",
+            rich_help_panel=TRAINING_PANEL,
+        ),
+    ] = 20,
+    drills: Annotated[
+        bool,
+        typer.Option(
+            help="Elasticity drills: SIGKILL a worker (back two rounds later) and the aggregator (restarted at "
+            "once); needs 9 rounds or more.",
+            rich_help_panel=TRAINING_PANEL,
+        ),
+    ] = False,
+    baselines: Annotated[
+        bool,
+        typer.Option(
+            help="Simulate the same training without the market beside it (int8 and fp32 DiLoCo, a single "
+            "node, data parallel): the report's baselines and loss plot.",
+            rich_help_panel=TRAINING_PANEL,
+        ),
+    ] = True,
 ) -> None:
-    """Run the whole market and the RL loop for N steps, with a live view and a final report.
+    """Run the whole market: the RL loop for N steps, or (--kind diloco) a training pool for N rounds.
 
     Starts anvil (contracts deployed, a pool created and funded), SeaweedFS, a fresh database,
     the backend, the indexer, two validators, the trainer and four workers (three honest, one
@@ -119,11 +171,38 @@ def run(
     With --model DIR --env ENV the pool runs ENV's problems on that model instead: its spec is
     built here (golden vectors rendered and scored), published with the model to the object store,
     and the pool created as spec://<sha256>, the path a real pool creator takes (`pool create --spec`).
+
+    With --kind diloco the pool is a training pool instead: DiLoCo pretraining of a tiny Llama on the
+    Python standard library's sources (built offline, cached), the aggregator in place of the trainer,
+    a worker cheating with --train-cheat. One line per round (contributors, held-out and inner loss,
+    verdicts, slashes); after --rounds checkpoints every one is audited (`ledger verify-round`) and
+    the report plots the loss against the same training simulated without the market (single node,
+    data parallel); it exits 1 unless the cheater was slashed at its first verdict, the honest nodes
+    were paid and the loss matches the baselines.
     """
     from proofpool.devnet.run import DevnetConfig, ModelPool, run_devnet, verify_ledger_of
 
     from proofpool.envs.tasks import read_config
 
+    if kind not in KINDS:
+        raise typer.BadParameter(f"--kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    _refuse_other_kind(ctx, kind)
+    cheat = cheat or DEFAULT_CHEAT[kind]
+    if kind == "diloco":
+        _run_diloco(
+            out_dir=out_dir,
+            rounds=rounds,
+            cheat=cheat,
+            workers=workers,
+            validators=validators,
+            database=database,
+            redis_db=redis_db,
+            verdict_timeout=verdict_timeout,
+            verify_ledger=verify_ledger,
+            round_deadline=round_deadline,
+            drills=drills,
+            baselines=baselines,
+        )
     if cheat not in CHEATS:
         raise typer.BadParameter(f"--cheat must be one of {', '.join(CHEATS)}, not {cheat!r}")
     if (model is None) != (env is None):
@@ -161,14 +240,71 @@ def run(
         )
     except ValueError as exc:  # the run's own rules, e.g. a cheater needs an honest node beside it
         raise typer.BadParameter(str(exc)) from exc
+    _finish(lambda console: run_devnet(config, console, verify=verify_ledger_of if verify_ledger else None))
+
+
+def _finish(run: Callable[[Console], Outcome]) -> NoReturn:
+    """Run the devnet on a console and exit: 0 when the market did its job, 1 when not, 130 interrupted."""
     console = Console()
     console = console if console.is_terminal else Console(width=140)
     try:
-        outcome = run_devnet(config, console, verify=verify_ledger_of if verify_ledger else None)
+        outcome = run(console)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM, wherever it landed: never a finished run's 0 or 1
         console.print("[yellow]interrupted[/yellow]: every process the devnet started was stopped")
         raise typer.Exit(130) from None
     raise typer.Exit(0 if outcome.ok else 1)
+
+
+def _refuse_other_kind(ctx: typer.Context, kind: str) -> None:
+    """BadParameter for an option given on the command line that the other kind of run takes."""
+    wrong = RL_ONLY if kind == "diloco" else DILOCO_ONLY
+    # By name: typer vendors click, so its ParameterSource is not `click.core`'s.
+    given = [name for name in wrong if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise typer.BadParameter(f"{flags}: not an option of --kind {kind}")
+
+
+def _run_diloco(
+    *,
+    out_dir: Path | None,
+    rounds: int,
+    cheat: str,
+    workers: int,
+    validators: int,
+    database: str,
+    redis_db: int,
+    verdict_timeout: float,
+    verify_ledger: bool,
+    round_deadline: int,
+    drills: bool,
+    baselines: bool,
+) -> NoReturn:
+    """`devnet run --kind diloco`: the training pool's market (`proofpool.devnet.diloco.run`)."""
+    from proofpool.devnet.diloco.cheats import TrainCheat
+    from proofpool.devnet.diloco.run import DilocoConfig, run_diloco_devnet
+    from proofpool.devnet.run import verify_ledger_of
+
+    choices = [c.value for c in TrainCheat]
+    if cheat != "none" and cheat not in choices:
+        raise typer.BadParameter(f"--cheat of --kind diloco must be one of {', '.join(choices)} or none, not {cheat!r}")
+    try:
+        config = DilocoConfig(
+            out_dir=(out_dir or get_settings().state_dir / "run").expanduser().resolve(),
+            rounds=rounds,
+            cheat=None if cheat == "none" else cheat,
+            database=database,
+            redis_db=redis_db,
+            workers=workers,
+            validators=validators,
+            deadline_seconds=round_deadline,
+            verdict_timeout=verdict_timeout,
+            drills=drills,
+            baselines=baselines,
+        )
+    except ValueError as exc:  # the run's own rules (a cheater beside an honest node, room for the drills)
+        raise typer.BadParameter(str(exc)) from exc
+    _finish(lambda console: run_diloco_devnet(config, console, verify=verify_ledger_of if verify_ledger else None))
 
 
 @app.command("chain-loop")

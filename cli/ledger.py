@@ -337,6 +337,67 @@ def verify(
     raise typer.Exit(VERIFY_MATCH if diff.ok else VERIFY_MISMATCH)
 
 
+@app.command("verify-round")
+@needs_extra("trainer", "proofpool ledger verify-round")
+def verify_round_command(
+    pool_id: Annotated[int, typer.Argument(min=1, metavar="POOL", help="Training pool id.")],
+    version: Annotated[
+        int, typer.Argument(min=1, metavar="VERSION", help="Checkpoint version to recompute (made by round VERSION-1).")
+    ],
+    rpc_url: Annotated[
+        str | None, typer.Option("--rpc-url", help="JSON-RPC endpoint. Default: $PROOFPOOL_RPC_URL.")
+    ] = None,
+    cache_dir: Annotated[
+        Path | None,
+        typer.Option("--cache-dir", help="Verified checkpoints. Default: $PROOFPOOL_CHECKPOINT_CACHE_DIR."),
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Recompute checkpoint VERSION of a training pool from the chain and the object store alone.
+
+    The checkpoint's manifest must be the one anchored on-chain; its round record lists the work
+    keys averaged. Each must be an attested on-chain submission of the pool for model version
+    VERSION-1 by the node the record names, and its file in the store must hash to it. The outer
+    step is then recomputed from checkpoint VERSION-1 and those files (the aggregator's own
+    code) and compared with the published weights and momentum, bit for bit.
+
+    Exit codes: 0 recomputed bitwise; 1 a mismatch (max abs difference per tensor) or a check of
+    the round that fails; 2 could not verify (chain or store unreachable, checkpoint not fetched).
+    """
+    from proofpool.infra.chain.client import ChainClient
+    from proofpool.infra.storage import ObjectStore
+    from proofpool.training.verify_round import RoundRefuted, verify_round
+
+    settings = get_settings()
+    err = Console(stderr=True)
+    try:
+        result = verify_round(
+            ChainClient.from_settings(None, rpc_url=rpc_url),
+            ObjectStore.from_settings(settings),
+            pool_id,
+            version,
+            (cache_dir or settings.checkpoint_cache_dir).expanduser(),
+            relays=settings.checkpoint_relays,
+            max_file_bytes=settings.upload_max_bytes,
+            max_checkpoint_bytes=settings.checkpoint_max_bytes,
+        )
+    except RoundRefuted as exc:
+        err.print(f"[red]REFUTED:[/red] checkpoint {version} of pool {pool_id}: {escape(str(exc))}")
+        raise typer.Exit(VERIFY_MISMATCH) from exc
+    except ProofpoolError as exc:
+        err.print(f"[red]error:[/red] cannot verify the round: {escape(str(exc))}")
+        raise typer.Exit(VERIFY_FAILED) from exc
+    if as_json:
+        typer.echo(json.dumps(result.to_json(), indent=2))
+    else:
+        typer.echo(result.line())
+        for diff in result.diffs:
+            typer.echo(f"  {diff.kind} {diff.name}: max abs diff {diff.max_abs_diff:.6g}")
+        if result.record_diff is not None:
+            typer.echo(f"  round record: {result.record_diff}")
+    raise typer.Exit(VERIFY_MATCH if result.ok else VERIFY_MISMATCH)
+
+
 def _interrupt(*_: object) -> None:
     raise KeyboardInterrupt
 

@@ -39,6 +39,7 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
     ("worker", "worker", "Provider nodes: run the worker agent for a pool, inspect its journal."),
     ("validator", "validator", "Validators: run the Celery validator on a key, show verdicts and earnings."),
     ("trainer", "trainer", "Pool creators: GRPO on accepted rollouts, publishing each step as a checkpoint."),
+    ("training", "training", "Training pool creators: pack a tokenized dataset, write a DiLoCo spec."),
     ("model", "model", "Environments and base models: list what is installed, prepare a pool's model."),
     ("env", "env", "Task environments: list them, show a problem, score a completion."),
     ("db", "db", "Operators: create and migrate the PostgreSQL schema."),

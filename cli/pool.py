@@ -59,8 +59,8 @@ def create(
     treasury: str = typer.Option(None, help="Receives the treasury share of slashed stake. Default: you."),
     model_uri: str = typer.Option(
         "devnet://tiny-llama/arithmetic-add-100",
-        help="Model / task set URI. A spec://<sha256> URI (of a spec already published) also commits the pool "
-        "to that sha256 as its on-chain specSha256.",
+        help="Model / task set URI. A spec://<sha256> or diloco://<sha256> URI (of a spec already published) also "
+        "commits the pool to that sha256 as its on-chain specSha256.",
     ),
     reward_per_unit: str = typer.Option("0.01", help="POOL paid per finalized work unit (token)."),
     validator_fee: str = typer.Option("0.5", help="POOL paid to the attesting validator per submission."),
@@ -80,12 +80,16 @@ def create(
     start: bool = typer.Option(False, "--start", help="Also start the pool."),
     spec: Path = typer.Option(
         None,
-        help="A pool spec (`proofpool env spec`): its base model and spec are published to the object store "
-        "and the pool is created with the model URI spec://<its sha256> and that sha256 as its on-chain "
-        "specSha256. Needs --model.",
+        help="A pool spec: an RL pool's (`proofpool env spec`) or a training pool's (`proofpool training spec`). "
+        "Its base model (and a training pool's dataset) and the spec are published to the object store and the "
+        "pool is created with the model URI spec://<its sha256> (diloco://<its sha256> for a training pool) and "
+        "that sha256 as its on-chain specSha256. Needs --model.",
     ),
     model: Path = typer.Option(None, "--model", help="With --spec: the base model directory the spec was built on."),
-    indices: Path = typer.Option(None, help="With --spec: the index list (or `env filter` report) it names."),
+    indices: Path = typer.Option(None, help="With an RL --spec: the index list (or `env filter` report) it names."),
+    dataset: Path = typer.Option(
+        None, help="With a training pool's --spec: its dataset file (`proofpool training dataset`)."
+    ),
     key: KeyOption = None,
     rpc_url: RpcOption = None,
 ) -> None:
@@ -100,7 +104,10 @@ def create(
     and the base model go to the object store first, content-addressed, and the pool commits on-chain
     to the spec's sha256 twice, in its model URI (spec://<sha256>) and as its specSha256; every
     worker and validator refuses a pool whose two differ, rebuilds the environment from the spec and
-    refuses any difference."""
+    refuses any difference.
+
+    With a training pool's --spec (DiLoCo), the base model becomes checkpoint 0 and the dataset goes
+    to the object store with the spec, and the pool's model URI is diloco://<sha256>."""
     client = signer_client(key, rpc_url)
     units = None if fund is None else parse_pool(fund)
     if units is not None:
@@ -108,7 +115,7 @@ def create(
             raise ProofpoolError("--fund must be more than 0 POOL")
         _require_tokens(client, units, f"--fund {fund}")
     if spec is not None:
-        model_uri = _publish_spec(spec, model, indices)
+        model_uri = _publish_any_spec(spec, model, indices, dataset)
     params = PoolParams(
         manager=manager or client.address,
         treasury=treasury or client.address,
@@ -188,10 +195,56 @@ def _same_options(key: str | None, rpc_url: str | None) -> str:
     return options
 
 
-def _publish_spec(spec_file: Path, model: Path | None, indices: Path | None) -> str:
-    """Publish a spec, its index list and its base model; the model URI that names them."""
+def _publish_any_spec(spec_file: Path, model: Path | None, indices: Path | None, dataset: Path | None) -> str:
+    """Publish an RL pool's or a training pool's spec (by its `kind`); the model URI that names it."""
+    if not _is_training_spec(spec_file):
+        if dataset is not None:
+            raise typer.BadParameter("--dataset goes with a training pool's spec only", param_hint="--dataset")
+        return _publish_spec(spec_file, model, indices)
+    model_dir = _required_model(model)
+    if indices is not None:
+        raise typer.BadParameter("a training pool's spec names no index list", param_hint="--indices")
+    if dataset is None:
+        raise typer.BadParameter("a training pool's spec needs --dataset, its dataset file", param_hint="--dataset")
+    return _publish_diloco_spec(spec_file.read_bytes(), model_dir, dataset)
+
+
+def _is_training_spec(spec_file: Path) -> bool:
+    """Whether the spec at `spec_file` is a training pool's (`kind` "diloco"); `SpecError` for a file
+    that is not a spec. A file that cannot be read is left to the RL path, which reads it itself."""
+    from proofpool.core.diloco.spec import KIND, spec_kind
+
+    try:
+        data = spec_file.read_bytes()
+    except OSError:
+        return False
+    return spec_kind(data) == KIND
+
+
+def _required_model(model: Path | None) -> Path:
+    """--model, which every --spec needs."""
     if model is None:
         raise typer.BadParameter("--spec needs --model, the base model directory it was built on", param_hint="--model")
+    return model
+
+
+def _publish_diloco_spec(data: bytes, model: Path, dataset: Path) -> str:
+    """Publish a training pool's spec, its base model (checkpoint 0) and its dataset (each checked
+    against the spec first); the `diloco://` model URI that names them."""
+    from proofpool.core.diloco.spec import parse_diloco_spec
+    from proofpool.infra.storage import ObjectStore
+    from proofpool.training.published import diloco_uri, publish_diloco_spec
+
+    parsed = parse_diloco_spec(data)
+    console.print(f"publishing the base model, dataset and spec to the object store ({model}, {dataset})")
+    stored = publish_diloco_spec(ObjectStore.from_settings(), parsed, model, dataset)
+    console.print(f"training spec {stored.sha256()} published")
+    return diloco_uri(stored.sha256())
+
+
+def _publish_spec(spec_file: Path, model: Path | None, indices: Path | None) -> str:
+    """Publish a spec, its index list and its base model; the model URI that names them."""
+    model_dir = _required_model(model)
     from proofpool.cli.env import read_index_list
 
     from proofpool.core.spec import parse_spec
@@ -201,9 +254,9 @@ def _publish_spec(spec_file: Path, model: Path | None, indices: Path | None) -> 
 
     parsed = parse_spec(spec_file.read_bytes())
     listed, _band = read_index_list(indices)
-    spec_environment(parsed, model, listed)  # this machine agrees with the spec before anyone else is asked to
-    console.print(f"publishing the base model and spec to the object store ({model})")
-    stored = publish_spec(ObjectStore.from_settings(), parsed, model, listed)
+    spec_environment(parsed, model_dir, listed)  # this machine agrees with the spec before anyone else is asked to
+    console.print(f"publishing the base model and spec to the object store ({model_dir})")
+    stored = publish_spec(ObjectStore.from_settings(), parsed, model_dir, listed)
     console.print(f"spec {stored.sha256()} published")
     return spec_uri(stored.sha256())
 

@@ -1,8 +1,10 @@
-"""`proofpool trainer`: train a pool's model with GRPO on accepted rollouts and publish checkpoints.
+"""`proofpool trainer`: train a pool's model and publish its checkpoints.
 
-Runs as the pool's MANAGER key (only the manager may `publishCheckpoint`). One process by
+Runs as the pool's MANAGER key (only the manager may `publishCheckpoint`). The pool's model URI
+decides what `run` does: an RL pool is trained with GRPO on accepted rollouts (one process by
 default; under `torchrun --nproc-per-node N -m proofpool.cli.main trainer run ...` the model is
-sharded with FSDP over N processes (gloo), rank 0 alone talking to the chain, ledger and store.
+sharded with FSDP over N processes, gloo, rank 0 alone talking to the chain, ledger and store); a
+training pool (`diloco://`) gets its DiLoCo aggregator (`proofpool.trainer.aggregate`), one process.
 """
 
 from __future__ import annotations
@@ -12,15 +14,28 @@ import signal
 import threading
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from proofpool.cli.common import KeyOption, RpcOption, console, needs_extra
 from proofpool.cli.logs import enable_progress_logs
 
+from proofpool.core.errors import ProofpoolError
 from proofpool.infra.config import get_settings
 
+if TYPE_CHECKING:
+    from proofpool.trainer.train import TrainerConfig
+
+    from proofpool.infra.chain.client import ChainClient
+
 app = typer.Typer(no_args_is_help=True)
+
+RL_ONLY: tuple[str, ...] = (
+    "steps", "samples_per_step", "async_level", "wait_timeout", "base_model", "lr", "heldout_problems"
+)  # fmt: skip
+"""Options of GRPO training, refused on a training pool."""
+TRAINING_ONLY: tuple[str, ...] = ("rounds",)
+"""Options of the DiLoCo aggregator, refused on an RL pool."""
 
 COLLECTIVE_MARGIN = timedelta(hours=1)
 """Added to `--wait-timeout` for the process group's timeout under torchrun: ranks > 0 wait in a
@@ -31,6 +46,7 @@ evaluates the new checkpoint on the held-out problems."""
 @app.command()
 @needs_extra("trainer")
 def run(
+    ctx: typer.Context,
     pool: Annotated[int, typer.Option("--pool", min=1, help="The pool whose model to train.")],
     key: KeyOption = None,
     rpc_url: RpcOption = None,
@@ -59,15 +75,28 @@ def run(
             help="Held-out problems each checkpoint (and the base model) is scored on, greedily; 0 turns it off.",
         ),
     ] = 64,
+    rounds: Annotated[
+        int | None,
+        typer.Option(min=1, help="Training pools: rounds to close now. Default: until stopped."),
+    ] = None,
 ) -> None:
-    """Gather accepted rollouts, take GRPO steps, publish each result as the next checkpoint.
+    """Train the pool's model and publish each result as the next checkpoint.
 
-    Waits (with a log line saying for what) until enough accepted samples of recent model versions
-    are in the ledger; Ctrl-C/SIGTERM stops after the current step's checkpoint is published.
-    Under `torchrun --nproc-per-node N -m proofpool.cli.main trainer run ...` the step is sharded
-    over N processes (FSDP, gloo); rank 0 alone gathers, publishes and saves. After each
-    publication (and once for the base model) rank 0 prints the checkpoint's greedy accuracy on
-    the pool's held-out problems, which metrics.csv and reward.png record beside the training reward.
+    RL pools: gather accepted rollouts, take GRPO steps. Waits (with a log line saying for what)
+    until enough accepted samples of recent model versions are in the ledger; Ctrl-C/SIGTERM stops
+    after the current step's checkpoint is published. Under `torchrun --nproc-per-node N -m
+    proofpool.cli.main trainer run ...` the step is sharded over N processes (FSDP, gloo); rank 0
+    alone gathers, publishes and saves. After each publication (and once for the base model) rank
+    0 prints the checkpoint's greedy accuracy on the pool's held-out problems, which metrics.csv
+    and reward.png record beside the training reward.
+
+    Training pools (model URI diloco://): the DiLoCo aggregator. Round v closes when every active
+    member has an accepted file of model version v, or at the spec's round deadline with at least
+    its minimum of files; the files are averaged, the outer Nesterov step applied and checkpoint
+    v+1 published with its momentum and round record (`proofpool ledger verify-round` recomputes
+    it). Its state is the chain and the store: a restarted aggregator publishes the same bytes.
+    One line per round, and rounds.jsonl in the state directory. Only --rounds, --shard-mb and
+    --state-dir (and the connection options) apply; the GRPO options are refused.
     """
     from proofpool.trainer.config import GrpoConfig
     from proofpool.trainer.train import TrainerConfig, abort_followers, follow_trainer, run_trainer
@@ -115,9 +144,16 @@ def run(
             try:
                 client = ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
                 check_off_devnet(settings, client.chain_id, [key or os.environ.get(KEY_ENV)])
+                training = _check_options(ctx, pool, client.pool.get_pool(pool).model_uri)
+                if training and world.size > 1:
+                    raise ProofpoolError(f"pool {pool} is a training pool: run its aggregator without torchrun")
             except BaseException as exc:
                 abort_followers(world, exc)  # they wait for rank 0's first command
                 raise
+            if training:
+                _aggregate(config, rounds, client, backend_url, stop)
+                finished = True
+                return
             with LedgerClient(backend_url or settings.backend_url) as ledger:
                 last = run_trainer(
                     config,
@@ -132,3 +168,46 @@ def run(
         finished = True
     finally:
         close_world(world, finished=finished)
+
+
+def _check_options(ctx: typer.Context, pool: int, model_uri: str) -> bool:
+    """Whether `pool` is a training pool; `ProofpoolError` for an option given on the command line
+    (or by environment) that does not apply to its kind."""
+    from proofpool.training.published import is_training_pool
+
+    training = is_training_pool(model_uri)
+    wrong = TRAINING_ONLY if not training else RL_ONLY
+    # Compared by name: typer ships its own copy of click, whose ParameterSource is another enum.
+    given = [name for name in wrong if getattr(ctx.get_parameter_source(name), "name", "DEFAULT") != "DEFAULT"]
+    if given:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        kind = "a training pool (DiLoCo aggregator)" if training else f"an RL pool ({model_uri})"
+        raise ProofpoolError(f"{flags}: not an option for pool {pool}, {kind}")
+    return training
+
+
+def _aggregate(
+    config: TrainerConfig, rounds: int | None, client: ChainClient, backend_url: str | None, stop: threading.Event
+) -> None:
+    """Run the DiLoCo aggregator of a training pool with the paths and settings of `config`."""
+    from proofpool.trainer.aggregate import AggregatorConfig, run_aggregator
+
+    from proofpool.infra.http.ledger_client import LedgerClient
+    from proofpool.infra.storage.s3 import ObjectStore
+
+    settings = get_settings()
+    aggregator = AggregatorConfig(
+        pool_id=config.pool_id,
+        rounds=rounds,
+        shard_size=config.shard_size,
+        state_dir=config.state_dir,
+        checkpoint_cache_dir=config.checkpoint_cache_dir,
+        relays=config.relays,
+        max_file_bytes=settings.upload_max_bytes,
+        max_checkpoint_bytes=settings.checkpoint_max_bytes,
+    )
+    with LedgerClient(backend_url or settings.backend_url) as ledger:
+        last = run_aggregator(
+            aggregator, client, ObjectStore.from_settings(settings), ledger, stop=stop, say=console.print
+        )
+    console.print(f"aggregator stopped at checkpoint {last}; rounds in {config.state_dir / 'rounds.jsonl'}")

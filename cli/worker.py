@@ -17,6 +17,7 @@ import typer
 from proofpool.cli.common import JsonOption, RpcOption, console, needs_extra, print_json
 from proofpool.cli.logs import enable_progress_logs
 from proofpool.devnet.adversary import CheatMode
+from proofpool.devnet.diloco.cheats import TrainCheat
 from rich.table import Table
 
 from proofpool.infra.config import get_settings
@@ -24,6 +25,7 @@ from proofpool.infra.config import get_settings
 app = typer.Typer(no_args_is_help=True)
 
 NODE_KEY_ENV = "PROOFPOOL_NODE_KEY"
+TRAIN_PROCESSES_ENV = "PROOFPOOL_WORKER_TRAIN_PROCESSES"
 
 NodeKeyOption = Annotated[
     str | None,
@@ -81,12 +83,34 @@ def run(
             show_default=False,
         ),
     ] = None,
+    train_cheat: Annotated[
+        TrainCheat | None,
+        typer.Option(
+            "--train-cheat",
+            help="Devnet drills only, training pools: submit dishonest pseudo-gradients this way, to be caught "
+            "and slashed (docs/worker.md).",
+            show_default=False,
+        ),
+    ] = None,
+    train_processes: Annotated[
+        int,
+        typer.Option(
+            "--train-processes",
+            min=1,
+            envvar=TRAIN_PROCESSES_ENV,
+            show_envvar=True,
+            help="Training pools: run each round's inner steps under torchrun on this many processes, the model "
+            "sharded with FSDP (gloo); the pool's batch size must divide by it.",
+        ),
+    ] = 1,
 ) -> None:
-    """Work for a pool: heartbeat, fetch checkpoints, generate, prove, upload and submit rollouts.
+    """Work for a pool: heartbeat, fetch checkpoints, generate, prove, upload and submit rollouts;
+    in a training pool (`diloco://`), train each round from its checkpoint and submit the update.
 
     Checks first that the node is registered and its provider staked enough, announces the node,
     joins the pool with an invite (or waits for the provider), then loops until SIGTERM/Ctrl-C,
-    which finishes or journals the current batch and exits within 30 s.
+    which finishes or journals the current batch and exits within 30 s (a training round still in
+    its inner steps finishes them first; under --train-processes they are ended).
     """
     from proofpool.worker.console import WorkerConsole
     from proofpool.worker.node import WorkerConfig, WorkerNode
@@ -121,6 +145,12 @@ def run(
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
+    if train_processes > 1:
+        if train_cheat is not None:
+            raise typer.BadParameter("a drill's cheater trains in one process", param_hint="--train-processes")
+        from proofpool.worker.train import HonestTraining
+
+        config = dataclasses.replace(config, train_strategy=HonestTraining(train_processes, stop=stop))
     client = ChainClient.from_settings(account, rpc_url=rpc_url)
     check_off_devnet(settings, client.chain_id, [key or os.environ.get(NODE_KEY_ENV)])
     with NodeApi(
@@ -134,6 +164,22 @@ def run(
             info = client.pool.get_pool(pool)
             environment = drill_environment(info.model_uri, info.spec_sha256)
             config = dataclasses.replace(config, strategy=Cheater(cheat, environment, view.say))
+        if train_cheat is not None:
+            from proofpool.devnet.diloco.cheats import TrainCheater
+            from proofpool.worker.train import checkpoint_fetcher
+
+            from proofpool.training.published import is_training_pool, pool_diloco_spec
+
+            info = client.pool.get_pool(pool)
+            if not is_training_pool(info.model_uri):
+                raise typer.BadParameter(f"pool {pool} is not a training pool (diloco://)", param_hint="--train-cheat")
+            store = ObjectStore.from_settings()
+            spec = pool_diloco_spec(store, info.model_uri, info.spec_sha256)
+            previous = checkpoint_fetcher(client, store, spec, pool, config.checkpoint_cache_dir)
+            cheater = TrainCheater(
+                train_cheat, previous_checkpoint=previous, training_rows=spec.training_rows, say=view.say
+            )
+            config = dataclasses.replace(config, train_strategy=cheater)
         WorkerNode(config, account, client, api, ObjectStore.from_settings, view, stop).run()
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,6 +65,8 @@ from proofpool.infra.storage.s3 import ObjectStore
 from proofpool.infra.storage.seaweed import start_seaweed
 
 if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+
     from proofpool.core.spec import PoolSpec
 
 POOL_BUDGET = 5_000 * TOKEN
@@ -194,12 +196,19 @@ def check_services() -> None:
         client.close()
 
 
+Publish = Callable[[ObjectStore], str]
+"""Puts a pool's model and spec into the object store before the pool exists; returns its model URI."""
+
+
 @contextmanager
-def market(config: DevnetConfig, say: Say, spec: PoolSpec | None = None) -> Iterator[tuple[DevnetStack, ObjectStore]]:
+def market(
+    config: DevnetConfig, say: Say, spec: PoolSpec | None = None, publish: Publish | None = None
+) -> Iterator[tuple[DevnetStack, ObjectStore]]:
     """A fresh database, a flushed Redis db, SeaweedFS and the stack (anvil, indexer, backend).
 
     With `spec`, the base model and the spec are published to the object store and the pool is
-    created as a `spec://<sha256>` pool; else it is the arithmetic devnet pool."""
+    created as a `spec://<sha256>` pool; with `publish` (a training pool), the pool is created with
+    the model URI it returns; else it is the arithmetic devnet pool."""
     settings = get_settings()
     root = config.out_dir
     if root.exists():
@@ -225,6 +234,8 @@ def market(config: DevnetConfig, say: Say, spec: PoolSpec | None = None) -> Iter
             stored = publish_spec(store, spec, config.model_pool.model_dir)
             model_uri = spec_uri(stored.sha256())
             say(f"pool spec {stored.sha256()}: {spec.environment.id} on {spec.model.architecture}")
+        elif publish is not None:
+            model_uri = publish(store)
         with deferred_interrupts():  # the same for the stack (its start takes seconds, each step timed)
             stack = start_stack(
                 root / "stack",
@@ -249,16 +260,50 @@ def _stop_deferred(stop: Callable[[], None]) -> None:
 def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
     """Onboard the providers, start the validators, the trainer and the workers."""
     run = DevnetRun(config, stack)
-    cast, root, pool = stack.cast, config.out_dir, stack.pool_id
+    root, pool = config.out_dir, stack.pool_id
+    providers = stack.cast.providers()[: config.workers]
+    shares = compute_shares(config, "trainer")
+    start_validators(run, shares, say)
+    run.trainer = stack.spawn(
+        "trainer",
+        [
+            *("trainer", "run", "--pool", str(pool), "--steps", str(config.steps)),
+            *("--samples-per-step", str(config.samples_per_step), "--wait-timeout", str(config.step_timeout)),
+            *("--heldout-problems", str(config.heldout_problems)),
+            *("--state-dir", str(root / "trainer"), "--out-dir", str(root)),
+        ],
+        {
+            "PROOFPOOL_PRIVATE_KEY": stack.cast.manager.key.hex(),
+            "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / "trainer"),
+        }
+        | thread_environment(shares["trainer"]),
+    )
+    say(f"trainer started: {config.steps} steps of >= {config.samples_per_step} accepted samples")
+    run.cheater = providers[-1][0] if config.cheat else None
+    for name, provider, node in providers:
+        cheat = ["--cheat", str(config.cheat)] if name == run.cheater else []
+        start_worker(run, name, provider, node, shares[name], cheat)
+    honest = [name for name in run.workers if name != run.cheater]
+    cheating = f", {run.cheater}'s node cheats ({config.cheat})" if run.cheater else ""
+    say(f"workers started: {', '.join(honest)} honest{cheating}")
+    return run
+
+
+def compute_shares(config: DevnetConfig, trainer: str) -> dict[str, tuple[int, ...]]:
+    """The cores of the validators, the trainer (named `trainer`) and the workers (`cpu_shares`)."""
+    return cpu_shares([*VALIDATOR_NAMES[: config.validators], trainer, *PROVIDER_NAMES[: config.workers]])
+
+
+def start_validators(
+    run: DevnetRun, shares: Mapping[str, tuple[int, ...]], say: Say, env: Mapping[str, str] | None = None
+) -> None:
+    """Give the first `config.validators` validators of the cast the role and start each as
+    `proofpool validator run` (a Celery worker process with its own key), with `env` added."""
+    stack, root = run.stack, run.config.out_dir
     admin = stack.admin
-    for _name, provider, _node in cast.providers():
-        if admin.token.balance_of(provider.address) < PROVIDER_STAKE:
-            admin.token.mint(provider.address, 10_000 * TOKEN)
-    validators, providers = cast.validators()[: config.validators], cast.providers()[: config.workers]
-    shares = cpu_shares([*(name for name, _ in validators), "trainer", *(name for name, _, _ in providers)])
-    for name, validator in validators:
+    for name, validator in stack.cast.validators()[: run.config.validators]:
         if not admin.pool.has_role("VALIDATOR_ROLE", validator.address):
-            grant_validator(admin.w3, TxSender(admin.w3, cast.admin), admin.book, validator.address)
+            grant_validator(admin.w3, TxSender(admin.w3, stack.cast.admin), admin.book, validator.address)
         port = free_port()
         run.metrics_ports[name] = port
         run.validators[name] = stack.spawn(
@@ -270,43 +315,38 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
                 "PROOFPOOL_VALIDATOR_LEASE": "60",
                 "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name),
             }
+            | dict(env or {})
             | thread_environment(shares[name]),
         )
     say(f"validators {', '.join(run.validators)} started (Celery worker processes)")
-    run.trainer = stack.spawn(
-        "trainer",
+
+
+def start_worker(
+    run: DevnetRun,
+    name: str,
+    provider: LocalAccount,
+    node: LocalAccount,
+    cores: Sequence[int],
+    args: Sequence[str] = (),
+) -> Service:
+    """Stake for provider `name`, register its node, approve the pool and start `proofpool worker
+    run` for the node (journal under out_dir/workers/NAME), with extra `args`."""
+    stack, root = run.stack, run.config.out_dir
+    admin = stack.admin
+    if admin.token.balance_of(provider.address) < PROVIDER_STAKE:
+        admin.token.mint(provider.address, 10_000 * TOKEN)
+    onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS, pools=(stack.pool_id,))
+    run.workers[name] = stack.spawn(
+        f"worker-{name}",
         [
-            *("trainer", "run", "--pool", str(pool), "--steps", str(config.steps)),
-            *("--samples-per-step", str(config.samples_per_step), "--wait-timeout", str(config.step_timeout)),
-            *("--heldout-problems", str(config.heldout_problems)),
-            *("--state-dir", str(root / "trainer"), "--out-dir", str(root)),
-        ],
-        {
-            "PROOFPOOL_PRIVATE_KEY": cast.manager.key.hex(),
-            "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / "trainer"),
-        }
-        | thread_environment(shares["trainer"]),
-    )
-    say(f"trainer started: {config.steps} steps of >= {config.samples_per_step} accepted samples")
-    run.cheater = providers[-1][0] if config.cheat else None
-    for name, provider, node in providers:
-        onboard_node(admin, provider, node, PROVIDER_STAKE, NODE_COMPUTE_UNITS, pools=(pool,))
-        args = [
-            *("worker", "run", "--pool", str(pool), "--state-dir", str(root / "workers" / name)),
+            *("worker", "run", "--pool", str(stack.pool_id), "--state-dir", str(root / "workers" / name)),
             *("--idle-interval", "1"),
-        ]
-        if name == run.cheater:
-            args += ["--cheat", str(config.cheat)]
-        run.workers[name] = stack.spawn(
-            f"worker-{name}",
-            args,
-            {"PROOFPOOL_NODE_KEY": node.key.hex(), "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name)}
-            | thread_environment(shares[name], vllm=True),
-        )
-    honest = [name for name in run.workers if name != run.cheater]
-    cheating = f", {run.cheater}'s node cheats ({config.cheat})" if run.cheater else ""
-    say(f"workers started: {', '.join(honest)} honest{cheating}")
-    return run
+            *args,
+        ],
+        {"PROOFPOOL_NODE_KEY": node.key.hex(), "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name)}
+        | thread_environment(cores, vllm=True),
+    )
+    return run.workers[name]
 
 
 def follow(run: DevnetRun, show: Show, during: Show | None = None) -> Snapshot:
@@ -326,25 +366,32 @@ def follow(run: DevnetRun, show: Show, during: Show | None = None) -> Snapshot:
             if code != 0:
                 raise ServiceFailed(f"the trainer exited with code {code}:\n{run.trainer.log_tail()}")
             return read_snapshot(stack, run)
-        for service in run.processes:
-            if not service.alive and service is not run.trainer:
-                name = service.name.removeprefix("worker-")
-                if name in run.workers and name == run.cheater:
-                    continue  # a slashed cheater's worker gives up: that is the point
-                raise ServiceFailed(
-                    f"{service.name} exited ({service.process.returncode}) during the run:\n{service.log_tail()}"
-                )
+        check_processes(run, spared=(run.trainer,))
         show(run, snapshot)
         time.sleep(run.config.refresh)
         with contextlib.suppress(ServiceUnavailable):  # the backend restarts (a drill): keep the last view
             snapshot = read_snapshot(stack, run)
 
 
+def check_processes(run: DevnetRun, spared: Collection[Service] = ()) -> None:
+    """`ServiceFailed` when a process of the loop exited on its own: every one but the `spared` and
+    the cheater's worker (a slashed cheater's worker gives up: that is the point)."""
+    for service in run.processes:
+        if service.alive or any(service is s for s in spared):
+            continue
+        name = service.name.removeprefix("worker-")
+        if name in run.workers and name == run.cheater:
+            continue
+        code = service.process.returncode
+        raise ServiceFailed(f"{service.name} exited ({code}) during the run:\n{service.log_tail()}")
+
+
 def settle(run: DevnetRun, say: Say) -> Snapshot:
     """Stop the workers, wait for every verdict, stop the validators, close the dispute window
     and finalize the accepted work; returns the settled state."""
     stack = run.stack
-    say("trainer done: stopping the workers (each finishes or journals its batch)")
+    done = run.trainer.name if run.trainer is not None else "trainer"
+    say(f"{done} done: stopping the workers (each finishes or journals its batch)")
     with deferred_interrupts():
         stop_all(list(run.workers.values()), timeout=40)
     deadline = time.monotonic() + run.config.verdict_timeout
@@ -390,7 +437,7 @@ def run_devnet(
 
 def _run_devnet(config: DevnetConfig, console: Console, verify: Verify | None, during: Show | None) -> Outcome:
     check_services()
-    say = _sayer(console)
+    say = sayer(console)
     spec = None
     if config.model_pool is not None:
         # Every role checks its own rendering and scoring against the spec's golden vectors, so a
@@ -414,11 +461,7 @@ def _run_devnet(config: DevnetConfig, console: Console, verify: Verify | None, d
             with deferred_interrupts():
                 stop_all(run.processes, timeout=30)
         check_interrupted()
-        ledger_problems = None
-        if verify is not None:
-            say("verifying the ledger: rebuilding it from chain events alone and diffing it with PostgreSQL")
-            ledger_problems = verify(stack)
-        missing = [key for node, key in snapshot.submissions if not _stored(store, stack.pool_id, node, key)]
+        ledger_problems, missing = closing_checks(stack, store, snapshot, verify, say, rollout_key)
         outcome = judge_market(snapshot, config.steps, ledger_problems, missing)
         _print_report(console, config, snapshot, outcome)
         write_json(config.out_dir / "report.json", snapshot, outcome, {"logs": str(stack.root)})
@@ -438,11 +481,31 @@ def verify_ledger_of(stack: DevnetStack) -> list[str]:
     return [] if diff.ok else render_text(diff).splitlines()[1:]
 
 
-def _stored(store: ObjectStore, pool_id: int, node: str, work_key: str) -> bool:
-    return store.head_object(rollout_key(pool_id, node, work_key.removeprefix("0x"))) is not None
+def closing_checks(
+    stack: DevnetStack,
+    store: ObjectStore,
+    snapshot: Snapshot,
+    verify: Verify | None,
+    say: Say,
+    key_of: Callable[[int, str, str], str],
+) -> tuple[list[str] | None, list[str]]:
+    """The checks after a run, for either kind of pool: the ledger rebuilt from chain events and
+    diffed with PostgreSQL (`verify`, None: skipped), and the submitted work keys whose file is not
+    in the store under `key_of(pool, node, sha256)` (`rollout_key` or `update_key`)."""
+    ledger_problems = None
+    if verify is not None:
+        say("verifying the ledger: rebuilding it from chain events alone and diffing it with PostgreSQL")
+        ledger_problems = verify(stack)
+    missing = [
+        key
+        for node, key in snapshot.submissions
+        if store.head_object(key_of(stack.pool_id, node, key.removeprefix("0x"))) is None
+    ]
+    return ledger_problems, missing
 
 
-def _sayer(console: Console) -> Say:
+def sayer(console: Console) -> Say:
+    """Print a line with the seconds since the run started."""
     started = time.monotonic()
 
     def say(line: str) -> None:

@@ -54,7 +54,7 @@ LAYERS: tuple[Layer, ...] = (
         ("proofpool.backend", "proofpool.worker", "proofpool.validator", "proofpool.trainer"),
         independent=True,
     ),
-    Layer("adapters", ("proofpool.infra", "proofpool.inference", "proofpool.envs")),
+    Layer("adapters", ("proofpool.infra", "proofpool.inference", "proofpool.envs", "proofpool.training")),
     Layer("core", ("proofpool.core", "proofpool")),
 )
 

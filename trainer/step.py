@@ -42,7 +42,7 @@ from proofpool.trainer.batch import (
 )
 from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.loss import LossInputs, grpo_loss
-from proofpool.trainer.world import SINGLE, World
+from proofpool.trainer.world import SINGLE, World, shard
 from torch import Tensor
 
 from proofpool.core.rollout import RolloutSample
@@ -192,7 +192,7 @@ def grpo_step(
             stepped=False,
             skipped_nonfinite=False,
         )
-    mine = world.shard(filtered.rows)  # whole groups per rank; every rank filtered the same rows
+    mine = shard(world, filtered.rows)  # whole groups per rank; every rank filtered the same rows
     batches = _micro_batches(mine, cfg.micro_batch)
     passes = world.max(len(batches))  # FSDP: every rank runs as many passes as the busiest one
     model.train()

@@ -115,13 +115,17 @@ class ModelCache:
 def warm_up(res: Resources) -> None:
     """Load the latest model of every active pool served here before the first task arrives, so the first
     submissions are not judged seconds late behind a cold start (imports and weights: ~5 s here).
-    A model that cannot be loaded now is loaded by the task that needs it."""
+    A model that cannot be loaded now is loaded by the task that needs it. Training pools are skipped:
+    their replay trains from a checkpoint directory (`proofpool.validator.training`), not this cache."""
     from proofpool.infra.chain.bindings import PoolStatus
+    from proofpool.training.published import is_training_pool
 
     pools = res.client.pool
     for pool_id in range(1, pools.pool_count() + 1):
         info = pools.get_pool(pool_id)
         if info.status is not PoolStatus.ACTIVE or not res.served.allows(pool_id, {pool_id: info.manager}.get):
+            continue
+        if is_training_pool(info.model_uri):
             continue
         version = pools.latest_checkpoint(pool_id).version
         try:

@@ -24,6 +24,12 @@ validator (`judge_rows`), and the judgements are stored beside the file
 (`proofpool.infra.storage.judged_key`) before the decision is recorded, so no accepted verdict
 goes out without them: the trainer trains on those rewards, not the file's. The evidence counts
 the rows whose rewards disagreed and the inconclusive ones.
+
+A training pool (model URI `diloco://`, `proofpool.validator.training`) is judged by its own checks
+(`proofpool.validator.checks.update`): its file is the node's pseudo-gradient at `update_key`, the
+selection draws at the share its spec replays (`validation.sample_rate`), and the replay recomputes
+the node's inner steps. Every training file claims batch 0 of its round, so a node's second file for
+one round is `duplicate_batch`.
 """
 
 from __future__ import annotations
@@ -51,12 +57,20 @@ from proofpool.validator.submissions import (
     pool_assignment,
     pool_manager,
 )
+from proofpool.validator.training import judge_training_file, training_pool
 from psycopg import Connection
 
 from proofpool.core.environment import Taskset
 from proofpool.core.errors import ProofpoolError
 from proofpool.core.rollout import read_rollouts
-from proofpool.infra.storage import JUDGED_CONTENT_TYPE, JudgedRow, judged_document, judged_key, rollout_key
+from proofpool.infra.storage import (
+    JUDGED_CONTENT_TYPE,
+    JudgedRow,
+    judged_document,
+    judged_key,
+    rollout_key,
+    update_key,
+)
 from proofpool.infra.storage.s3 import ObjectNotFound, ObjectStore, ObjectTooLarge
 
 log = logging.getLogger(__name__)
@@ -162,6 +176,11 @@ def judge(
     """The verdict on `sub`, whose pool's operator set `overrides` of its assignment settings and
     handed the node batches up to `last_issued` of its version; raises `FileNotYetAvailable` while
     a missing file may still appear."""
+    training = training_pool(res, sub.pool_id)
+    if training is not None:
+        key = update_key(sub.pool_id, sub.node, sub.work_key.hex())
+        data = fetch_file(res, sub, key, res.settings.upload_max_bytes)
+        return data if isinstance(data, Verdict) else judge_training_file(res, sub, training, data, selected)
     facts = SubmissionFacts(sub.pool_id, sub.work_key, sub.node, sub.work_units, sub.model_version)
     environment = res.models.environment(sub.pool_id)
     assignment = pool_assignment(environment, overrides)
@@ -181,21 +200,9 @@ def judge(
         group_size=assignment.group_size,
         last_issued_batch=last_issued,
     )
-    try:
-        data = res.store.get_object(
-            rollout_key(sub.pool_id, sub.node, sub.work_key.hex()), max_bytes=rules.max_file_bytes
-        )
-    except ObjectTooLarge:
-        return reject("file_too_large", max_bytes=rules.max_file_bytes)
-    except ObjectNotFound:
-        waited = time.time() - sub.submitted_at.timestamp()
-        deadline = missing_deadline(res, sub.pool_id)
-        if waited < deadline:
-            raise FileNotYetAvailable(
-                f"rollout file 0x{sub.work_key.hex()} not in the store after {waited:.0f} s "
-                f"(judged missing after {deadline:.0f} s)"
-            ) from None
-        return reject("missing", waited_seconds=round(waited, 1))
+    data = fetch_file(res, sub, rollout_key(sub.pool_id, sub.node, sub.work_key.hex()), rules.max_file_bytes)
+    if isinstance(data, Verdict):
+        return data
     verdict = run_checks(
         data,
         facts,
@@ -206,6 +213,24 @@ def judge(
     if verdict.accepted and not reproducible_scores(rules.taskset):
         verdict = record_judgements(res.store, facts, rules.taskset, data, verdict, res.address)
     return verdict
+
+
+def fetch_file(res: Resources, sub: IndexedSubmission, key: str, max_bytes: int) -> bytes | Verdict:
+    """The submitted file at `key`, or the verdict `file_too_large` or `missing`; raises
+    `FileNotYetAvailable` while a missing file may still appear (`missing_deadline`)."""
+    try:
+        return res.store.get_object(key, max_bytes=max_bytes)
+    except ObjectTooLarge:
+        return reject("file_too_large", max_bytes=max_bytes)
+    except ObjectNotFound:
+        waited = time.time() - sub.submitted_at.timestamp()
+        deadline = missing_deadline(res, sub.pool_id)
+        if waited < deadline:
+            raise FileNotYetAvailable(
+                f"file 0x{sub.work_key.hex()} not in the store after {waited:.0f} s "
+                f"(judged missing after {deadline:.0f} s)"
+            ) from None
+        return reject("missing", waited_seconds=round(waited, 1))
 
 
 def record_judgements(
@@ -235,8 +260,10 @@ def missing_deadline(res: Resources, pool_id: int) -> float:
 
 
 def is_selected(res: Resources, sub: IndexedSubmission) -> bool:
-    """Whether `sub` is recomputed in full (always at sample rate 1)."""
-    rate = res.settings.validator_sample_rate
+    """Whether `sub` is recomputed in full (always at sample rate 1): at the validator's sample rate,
+    or for a training pool its spec's (`validation.sample_rate`, the share of files replayed)."""
+    training = training_pool(res, sub.pool_id)
+    rate = res.settings.validator_sample_rate if training is None else training.spec.validation.sample_rate
     if rate >= 1.0:
         return True
     if rate <= 0.0:

@@ -1,6 +1,6 @@
 """What a validator process holds for its whole life: its key and chain client, the database
-pool, the object store and the model cache. Built once per process (lazily, thread-safe), so
-tasks receive only keys and re-read everything else (STYLE section 6).
+pool, the object store, the model cache and the training pools' cache. Built once per process
+(lazily, thread-safe), so tasks receive only keys and re-read everything else (STYLE section 6).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from functools import lru_cache
 
 from eth_account.signers.local import LocalAccount
 from proofpool.validator.models import ModelCache
+from proofpool.validator.training import TrainingPools
 from psycopg import Connection
 from psycopg_pool import ConnectionPool
 
@@ -36,6 +37,8 @@ class Resources:
     models: ModelCache
     served: ServedPools = field(default_factory=lambda: ServedPools(everything=True))
     """The pools this validator judges (`Settings.served_pools` / `served_managers`)."""
+    training: TrainingPools = field(default_factory=TrainingPools)
+    """Training pools' specs, parameter shapes and dataset (`proofpool.validator.training`)."""
 
     @property
     def address(self) -> str:

@@ -1,13 +1,17 @@
 """The worker's local journal: every finished batch, its file and how far it got.
 
-A batch is identified by what the backend assigned, (pool, checkpoint version, batch counter),
-and moves through `written -> uploaded -> submitted` (or `abandoned`); separately, `reported`
-says the backend was told the batch is done. The file is made durable
+A batch is identified by what the backend assigned, (pool, checkpoint version, batch counter)
+(in a training pool a node's update file of round r is the batch (pool, r, 0)), and moves
+through `written -> uploaded -> submitted` (or `abandoned`); separately, `reported` says the
+backend was told the batch is done. The file is made durable
 (written, fsynced, renamed) *before* its `written` row commits, and deleted only once it is
 on-chain, so a worker killed at any point finds on restart either no row (the batch is
 generated again: it was never uploaded or submitted) or a row whose file it still has.
 A batch with a row is never generated again, so the same assignment never yields two
 submissions; the submit step itself checks the chain before sending (see `proofpool.worker.submit`).
+
+Each entry remembers its file's suffix (`parquet` for a rollout file, `safetensors` for a
+training pool's update file), so one state directory can hold a node's files of both kinds of pool.
 
 SQLite in WAL mode, one connection per process shared by the worker loop (which writes batches)
 and its submitter thread (which moves them on), serialized by a lock.
@@ -38,6 +42,12 @@ class BatchState(StrEnum):
 PENDING_STATES = (BatchState.WRITTEN, BatchState.UPLOADED)
 """States whose file still has to reach the chain."""
 
+ROLLOUT_SUFFIX = "parquet"
+"""A rollout file's suffix (RL pools)."""
+UPDATE_SUFFIX = "safetensors"
+"""An update file's suffix (training pools: one node's pseudo-gradient of one round)."""
+FILE_SUFFIXES = frozenset({ROLLOUT_SUFFIX, UPDATE_SUFFIX})
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS batches (
     pool_id INTEGER NOT NULL,
@@ -52,8 +62,11 @@ CREATE TABLE IF NOT EXISTS batches (
     error TEXT,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
+    suffix TEXT NOT NULL DEFAULT 'parquet',
     PRIMARY KEY (pool_id, version, batch)
 )"""
+SUFFIX_COLUMN = "ALTER TABLE batches ADD COLUMN suffix TEXT NOT NULL DEFAULT 'parquet'"
+"""Journals written before training pools lack the column; every file they hold is a rollout file."""
 
 
 @dataclass(frozen=True)
@@ -69,10 +82,12 @@ class JournalEntry:
     """The backend was told this batch is done (it moves the node to the next batch)."""
     tx_hash: str | None
     error: str | None
+    suffix: str = ROLLOUT_SUFFIX
+    """The file's suffix: `parquet` (a rollout file) or `safetensors` (a training pool's update file)."""
 
 
 class Journal:
-    """`state_dir/journal.sqlite3` plus the files in `state_dir/files/<work key hex>.parquet`."""
+    """`state_dir/journal.sqlite3` plus the files in `state_dir/files/<work key hex>.<suffix>`."""
 
     def __init__(self, state_dir: Path) -> None:
         self.state_dir = Path(state_dir)
@@ -83,18 +98,31 @@ class Journal:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.execute(SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(batches)")}
+        if "suffix" not in columns:
+            self._db.execute(SUFFIX_COLUMN)
 
     def close(self) -> None:
         self._db.close()
 
-    def file_path(self, work_key: bytes) -> Path:
-        return self.files_dir / f"{work_key.hex()}.parquet"
+    def file_path(self, work_key: bytes, suffix: str = ROLLOUT_SUFFIX) -> Path:
+        return self.files_dir / f"{work_key.hex()}.{suffix}"
 
     def record_written(
-        self, pool_id: int, version: int, batch: int, work_key: bytes, data: bytes, work_units: int, samples: int
+        self,
+        pool_id: int,
+        version: int,
+        batch: int,
+        work_key: bytes,
+        data: bytes,
+        work_units: int,
+        samples: int,
+        suffix: str = ROLLOUT_SUFFIX,
     ) -> JournalEntry:
         """Make the file durable, then journal the batch as `written` (in that order)."""
-        path = self.file_path(work_key)
+        if suffix not in FILE_SUFFIXES:
+            raise ValueError(f"unknown file suffix {suffix!r}: one of {sorted(FILE_SUFFIXES)}")
+        path = self.file_path(work_key, suffix)
         staging = path.with_suffix(".partial")
         with open(staging, "wb") as handle:
             handle.write(data)
@@ -105,8 +133,20 @@ class Journal:
         now = time.time()
         with self._lock:
             self._db.execute(
-                "INSERT INTO batches VALUES (?, ?, ?, ?, ?, ?, ?, 0, NULL, NULL, ?, ?)",
-                (pool_id, version, batch, work_key.hex(), work_units, samples, BatchState.WRITTEN.value, now, now),
+                "INSERT INTO batches (pool_id, version, batch, work_key, work_units, samples, state, created_at,"
+                " updated_at, suffix) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    pool_id,
+                    version,
+                    batch,
+                    work_key.hex(),
+                    work_units,
+                    samples,
+                    BatchState.WRITTEN.value,
+                    now,
+                    now,
+                    suffix,
+                ),
             )
         entry = self.get(pool_id, version, batch)
         assert entry is not None
@@ -123,7 +163,7 @@ class Journal:
                 (state.value, tx_hash, error, time.time(), entry.pool_id, entry.version, entry.batch),
             )
         if state is BatchState.SUBMITTED:
-            self.file_path(entry.work_key).unlink(missing_ok=True)  # it is in the store and on-chain
+            self.file_path(entry.work_key, entry.suffix).unlink(missing_ok=True)  # in the store and on-chain
         updated = self.get(entry.pool_id, entry.version, entry.batch)
         assert updated is not None
         return updated
@@ -145,7 +185,7 @@ class Journal:
         return [_entry(r) for r in rows]
 
     def read_file(self, entry: JournalEntry) -> bytes:
-        return self.file_path(entry.work_key).read_bytes()
+        return self.file_path(entry.work_key, entry.suffix).read_bytes()
 
     def get(self, pool_id: int, version: int, batch: int) -> JournalEntry | None:
         with self._lock:
@@ -181,19 +221,22 @@ class Journal:
             }
         removed = 0
         for path in self.files_dir.iterdir():
-            if path.suffix == ".partial" or (path.suffix == ".parquet" and path.stem not in needed):
+            known = path.suffix.removeprefix(".") in FILE_SUFFIXES
+            if path.suffix == ".partial" or (known and path.stem not in needed):
                 path.unlink(missing_ok=True)
                 removed += 1
         return removed
 
 
-_COLUMNS = "pool_id, version, batch, work_key, work_units, samples, state, reported, tx_hash, error"
+_COLUMNS = "pool_id, version, batch, work_key, work_units, samples, state, reported, tx_hash, error, suffix"
 
 
 def _entry(row: tuple) -> JournalEntry:
-    pool_id, version, batch, work_key, units, samples, state, reported, tx_hash, error = row
+    pool_id, version, batch, work_key, units, samples, state, reported, tx_hash, error, suffix = row
     key = bytes.fromhex(work_key)
-    return JournalEntry(pool_id, version, batch, key, units, samples, BatchState(state), bool(reported), tx_hash, error)
+    return JournalEntry(
+        pool_id, version, batch, key, units, samples, BatchState(state), bool(reported), tx_hash, error, suffix
+    )
 
 
 def _fsync_dir(path: Path) -> None:

@@ -23,6 +23,10 @@ finishes what its journal holds before new work and never generates a journaled 
 (see `proofpool.worker.journal`). `stop` (set on SIGTERM) is checked between steps and cuts
 retry waits short: the current batch is finished if it is past generation and the services
 answer, else left in the journal for the next start.
+
+A training pool (model URI `diloco://`) has no assignments: after the same start-up the node runs
+the train-mode loop of `proofpool.worker.train` (one update file per round), with this node's
+heartbeat, journal, upload and submit steps.
 """
 
 from __future__ import annotations
@@ -34,7 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 from eth_account.signers.local import LocalAccount
@@ -63,6 +67,10 @@ from proofpool.infra.http.node_api import Assignment, BatchRef, Heartbeat, NodeA
 from proofpool.infra.http.node_api import Unservable as UnservableReport
 from proofpool.infra.http.signed_client import ApiRefused
 from proofpool.infra.storage.s3 import ObjectStore
+from proofpool.training.published import is_training_pool
+
+if TYPE_CHECKING:
+    from proofpool.worker.train import TrainStrategy
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +85,9 @@ QUEUE_DEPTH = 2
 """Journaled batches that may wait for the submitter before generation pauses."""
 JOIN_ATTEMPTS = 5
 """`joinPool` reverts tolerated (an invite raced by a membership change) before giving up."""
+TRAIN_WINDOW = 1
+"""A training pool's window for `stale_reason`: an update file of round r is sent only while r is
+the latest version (once r+1 is published the round is closed and the file would be stale)."""
 
 
 class NodeNotReady(ProofpoolError):
@@ -97,7 +108,8 @@ class WorkerConfig:
     join: bool = True
     """Fetch an invite and join by itself; False: wait for the provider to join the node."""
     max_batches: int | None = None
-    """Stop after submitting this many new batches (benchmarks, tests); None: run until stopped."""
+    """Stop after submitting this many new batches (rounds, in a training pool; benchmarks, tests);
+    None: run until stopped."""
     idle_interval: float | None = None
     """Seconds between heartbeats while there is no work; None: the backend's heartbeat interval."""
     async_window: int = 2
@@ -108,6 +120,8 @@ class WorkerConfig:
     specs: dict[str, Any] = field(default_factory=dict)
     strategy: RolloutStrategy = field(default_factory=Honest)
     """How rollout files are made and sent (`proofpool.worker.strategy`): honest, except in devnet drills."""
+    train_strategy: TrainStrategy | None = None
+    """How a training pool's pseudo-gradients are made (`proofpool.worker.train`); None: honestly."""
 
 
 class WorkerNode:
@@ -130,6 +144,7 @@ class WorkerNode:
         self.console = console
         self.stop = stop or threading.Event()
         self.journal = Journal(config.state_dir)
+        self.store = store
         self.models = ModelResolver(client, store, config.checkpoint_cache_dir, config.base_model, console.say)
         self.engines = EngineSlot(config.engine, console.say)
         self.strategy = config.strategy
@@ -143,6 +158,8 @@ class WorkerNode:
         """One client for every presigned PUT (used by the submitter thread only)."""
         self._environment: Environment | None = None
         self._spec_sha256: bytes | None = None
+        self.training = False
+        """The pool is a training pool (`diloco://`): the train-mode loop runs, not assignments."""
         self._heartbeats = HeartbeatLog(config.pool_id, self.node)
         # Bounded waits for the backend's indexer to see a (re)join: the loop's heartbeats, the submitter's uploads.
         self._beat_membership = JoinIndexWait(config.pool_id, self.node, "heartbeats", config.join_index_timeout)
@@ -165,8 +182,11 @@ class WorkerNode:
         return self._spec_sha256
 
     def _adopt(self, pool: PoolInfo) -> None:
-        """Take the pool's environment and spec hash from its on-chain record, once they agree."""
-        self._environment = _environment_of(pool)
+        """Take the pool's environment and spec hash from its on-chain record, once they agree
+        (a training pool has no environment: `proofpool.worker.train` checks its spec)."""
+        self.training = is_training_pool(pool.model_uri)
+        if not self.training:
+            self._environment = _environment_of(pool)
         self._spec_sha256 = pool.spec_sha256
 
     @property
@@ -180,15 +200,24 @@ class WorkerNode:
         """Work until stopped (or `max_batches` new submissions); returns normally on stop."""
         try:
             provider = self.preflight()
+            trainer = None
+            if self.training:
+                from proofpool.worker.train import TrainNode  # that module imports this one
+
+                trainer = TrainNode(self, self.config.train_strategy)
+                trainer.prepare()  # the pool's spec and dataset must be readable before the node joins
             self.announce(provider)
             self.ensure_member()
             self.resume()
-            self._submitter.start()
-            while not self.stop.is_set() and not self._done():
-                self._submitter.raise_failure()
-                self.turn()
-            if self._to_report is not None and not self.stop.is_set():
-                self.heartbeat()  # tell the backend about the last batch before leaving
+            if trainer is not None:
+                trainer.run()
+            else:
+                self._submitter.start()
+                while not self.stop.is_set() and not self._done():
+                    self._submitter.raise_failure()
+                    self.turn()
+                if self._to_report is not None and not self.stop.is_set():
+                    self.heartbeat()  # tell the backend about the last batch before leaving
         except Stopped:
             pass
         finally:
@@ -284,7 +313,7 @@ class WorkerNode:
             self.console.say(f"resuming batch {entry.batch} of v{entry.version} ({entry.state.value})")
             self.finish(entry)
         unreported = self.journal.unreported(self.config.pool_id)
-        if unreported:
+        if unreported and not self.training:  # a training pool's heartbeat reports no batches
             self._to_report = unreported[-1]
 
     # --- the loop ---------------------------------------------------------------------------
@@ -293,13 +322,8 @@ class WorkerNode:
         """One heartbeat and, if it carries work, one batch. After a batch, the next heartbeat goes
         out in the background while the batch it should assign is generated (`proofpool.worker.lookahead`)."""
         early = self._lookahead.generate(self._generate)
-        try:
-            beat = self._lookahead.answer() or self.heartbeat()
-        except ApiRefused as refused:
-            if refused.error != "not_pool_member":
-                raise
-            answers = self._rejoin(f"{refused.status} {refused.error}")
-            sleep_unless_stopped(self.stop, self.config.backoff.delay(answers))
+        beat = self.heartbeat_as_member(lambda: self._lookahead.answer() or self.heartbeat())
+        if beat is None:
             return
         a = beat.assignment
         if a is None:
@@ -311,7 +335,7 @@ class WorkerNode:
             else:
                 self.console.say(f"node state {beat.state}: no assignment; next heartbeat in {self._idle(beat):.0f} s")
             if beat.state in NOT_MEMBER_STATES:
-                self._rejoin(f"heartbeat state {beat.state}")
+                self.rejoin(f"heartbeat state {beat.state}")
             sleep_unless_stopped(self.stop, self._idle(beat))
             return
         known = self.journal.get(a.pool_id, a.checkpoint_version, a.batch)
@@ -329,7 +353,7 @@ class WorkerNode:
                 context={**self._context(), "version": a.checkpoint_version},
             )
         except Unservable as problem:
-            self._skip(a, problem)
+            self.skip(a.checkpoint_version, a.batch, problem)
             sleep_unless_stopped(self.stop, self._idle(beat))
             return
         made = early
@@ -384,14 +408,15 @@ class WorkerNode:
         rollout = self.strategy.make_file(a, meta, generate)
         return Generated(a, path, rollout, time.monotonic() - started)
 
-    def heartbeat(self) -> Heartbeat:
-        """Heartbeat, carrying the pending report; marks the reported batch once the backend took it."""
+    def heartbeat(self, stop: threading.Event | None = None) -> Heartbeat:
+        """Heartbeat, carrying the pending report; marks the reported batch once the backend took it.
+        `stop` (default: the node's) ends the retries of a backend that does not answer."""
         report, problem = self._to_report, self._unservable
         completed = None if report is None else BatchRef(report.version, report.batch)
         beat = retry(
             lambda: self.api.heartbeat(self.config.pool_id, completed=completed, unservable=problem),
             what="heartbeat",
-            stop=self.stop,
+            stop=stop or self.stop,
             backoff=self.config.backoff,
             transient=_transient_or_lag,
             context=self._context(),
@@ -405,6 +430,18 @@ class WorkerNode:
         self._heartbeats.answered(beat)
         return beat
 
+    def heartbeat_as_member(self, beat: Callable[[], Heartbeat]) -> Heartbeat | None:
+        """`beat()`, or None when the backend refused it as from a non-member of the pool: then the
+        node has joined again (where the chain agrees) and waited a backoff for the indexer."""
+        try:
+            return beat()
+        except ApiRefused as refused:
+            if refused.error != "not_pool_member":
+                raise
+            answers = self.rejoin(f"{refused.status} {refused.error}")
+            sleep_unless_stopped(self.stop, self.config.backoff.delay(answers))
+            return None
+
     def finish(self, entry: JournalEntry, fresh: bool = False) -> JournalEntry:
         """Upload and submit a journaled batch; abandons it (keeping the file) if the chain refuses,
         or if its version fell out of the pool's window while it waited (a worker restarted after a
@@ -413,23 +450,33 @@ class WorkerNode:
         A `fresh` batch (generated moments ago from the current assignment) skips the check before
         the upload; `submit` still checks right before `submitWork`, which is the check that counts.
         """
-        window = self.config.async_window if self.strategy.checks_staleness else None
+        window = self._window()
         if window is not None and not fresh:  # before the upload too: no point storing what will not be sent
             stale = self._chain(lambda: stale_reason(self.client, entry, window), "staleness")
             if stale is not None:
                 return self._abandon(entry, stale)
+        return self.send(self.store_file(entry), fresh)
+
+    def store_file(self, entry: JournalEntry) -> JournalEntry:
+        """Upload the file of a `written` entry through a presigned URL (an uploaded one as it is)."""
+        if entry.state is not BatchState.WRITTEN:
+            return entry
         data = self.journal.read_file(entry)
-        if entry.state is BatchState.WRITTEN:
-            key = upload(self.api, entry, data, self.stop, self.config.backoff, self._uploads, self._upload_membership)
-            entry = self.journal.set_state(entry, BatchState.UPLOADED)
-            log.info("uploaded", extra={**self._context(entry), "key": key})
+        key = upload(self.api, entry, data, self.stop, self.config.backoff, self._uploads, self._upload_membership)
+        entry = self.journal.set_state(entry, BatchState.UPLOADED)
+        log.info("uploaded", extra={**self._context(entry), "key": key})
+        return entry
+
+    def send(self, entry: JournalEntry, fresh: bool = False) -> JournalEntry:
+        """`submitWork` for an uploaded entry (`proofpool.worker.submit.submit`); abandons it
+        (keeping the file) if the chain refuses or its version left the window."""
         try:
             sent = submit(
                 self.client,
                 self.strategy.on_chain(entry),
                 self.stop,
                 self.config.backoff,
-                window,
+                self._window(),
                 fresh=fresh,
             )
         except SubmitRefused as refused:
@@ -444,16 +491,17 @@ class WorkerNode:
         self.console.say(f"[red]batch {entry.batch} abandoned[/red]: {why}")
         return self.journal.set_state(entry, BatchState.ABANDONED, error=why)
 
-    def _skip(self, a: Assignment, problem: Unservable) -> None:
+    def skip(self, version: int, batch: int, problem: Unservable) -> None:
+        """Give up on checkpoint `version` (batch `batch`) and report why in the next heartbeat."""
         log.warning(
             "assignment skipped: %s",
             problem,
-            extra={**self._context(), "version": a.checkpoint_version, "batch": a.batch, "reason": problem.reason},
+            extra={**self._context(), "version": version, "batch": batch, "reason": problem.reason},
         )
-        self.console.say(f"[yellow]cannot serve checkpoint {a.checkpoint_version}[/yellow]: {problem}")
-        self._unservable = UnservableReport(a.checkpoint_version, a.batch, problem.reason, problem.detail)
+        self.console.say(f"[yellow]cannot serve checkpoint {version}[/yellow]: {problem}")
+        self._unservable = UnservableReport(version, batch, problem.reason, problem.detail)
 
-    def _rejoin(self, answer: str) -> int:
+    def rejoin(self, answer: str) -> int:
         """The backend answered `answer` as if the node were not a member of the pool: join again
         where the chain agrees (or stop: slashed, blacklisted), then wait for the backend's indexer
         to see the membership, `JoinNotIndexed` past the bound. Returns the answers so far (a backoff index)."""
@@ -469,6 +517,12 @@ class WorkerNode:
 
     def _chain(self, fn: Callable[[], Any], what: str) -> Any:
         return retry(fn, what=what, stop=self.stop, backoff=self.config.backoff, context=self._context())
+
+    def _window(self) -> int | None:
+        """The versions a file may lag the latest when it is sent (None: not checked)."""
+        if self.training:
+            return TRAIN_WINDOW
+        return self.config.async_window if self.strategy.checks_staleness else None
 
     def _idle(self, beat: Heartbeat) -> float:
         return self.config.idle_interval or beat.heartbeat_interval

@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 
 import httpx
-from proofpool.worker.journal import JournalEntry
+from proofpool.worker.journal import UPDATE_SUFFIX, JournalEntry
 from proofpool.worker.membership import JoinIndexWait
 from proofpool.worker.retry import Backoff, is_transient, retry
 
@@ -54,11 +54,13 @@ def upload(
     http: httpx.Client | None = None,
     membership: JoinIndexWait | None = None,
 ) -> str:
-    """PUT the file through a presigned URL (over `http`, a reused client); returns the object key.
+    """PUT the file through a presigned URL (over `http`, a reused client); returns the object key
+    (a rollout file's or, for a training pool's journaled update, an update file's).
     With `membership`, a `not_active_member` refusal is waited out within its bound."""
 
     def once() -> str:
-        ticket = api.request_upload(entry.pool_id, entry.work_key, len(data))
+        kind = "update" if entry.suffix == UPDATE_SUFFIX else "rollouts"
+        ticket = api.request_upload(entry.pool_id, entry.work_key, len(data), format=kind)
         if membership is not None:
             membership.seen()
         put_presigned(ticket.url, ticket.headers, data, client=http)

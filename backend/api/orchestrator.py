@@ -91,7 +91,8 @@ class HeartbeatOut(BaseModel):
     state: NodeState
     pool_id: int | None
     assignment: AssignmentOut | None = Field(
-        description="None unless the node is a healthy member of an active pool and not `withheld`."
+        description="None unless the node is a healthy member of an active RL pool and not `withheld`; always "
+        "None for a training pool (diloco://), whose members derive their work from the chain."
     )
     withheld: WithheldOut | None = None
     heartbeat_interval: float = Field(description="Seconds until the next heartbeat is expected.")
@@ -123,7 +124,7 @@ class InviteOut(BaseModel):
         },
         503: {
             "description": "`environment_unavailable`: no environment for the pool's model URI is installed on this "
-            "backend, so it cannot draw the pool's problems."
+            "backend, so it cannot draw the pool's problems (RL pools only)."
         },
     },
 )

@@ -1,8 +1,9 @@
 """Uploads: signed `POST /v1/uploads` hands an active pool member a presigned S3 PUT for one
-rollout file.
+rollout file, or (`"format": "update"`) for one training pool update file.
 
 The URL is the whole authorization the node gets: it names exactly
-`pools/{pool}/rollouts/{node}/{sha256}.parquet`, one Content-Length and the sha256 checksum
+`pools/{pool}/rollouts/{node}/{sha256}.parquet` (an update:
+`pools/{pool}/updates/{node}/{sha256}.safetensors`), one Content-Length and the sha256 checksum
 header, and expires after `upload_url_ttl`. The store refuses any other key, length or body,
 so the backend never proxies file bytes and a node can only ever write its own file for a
 pool it is an active member of. Size cap and a per-node rate limit bound what one key can
@@ -12,8 +13,9 @@ make us sign.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
@@ -26,7 +28,13 @@ from redis import exceptions as redis_errors
 from redis.asyncio import Redis
 
 from proofpool.core.errors import ServiceUnavailable
-from proofpool.infra.storage import ROLLOUT_CONTENT_TYPE, normalize_sha256, rollout_key
+from proofpool.infra.storage import (
+    ROLLOUT_CONTENT_TYPE,
+    UPDATE_CONTENT_TYPE,
+    normalize_sha256,
+    rollout_key,
+    update_key,
+)
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +61,13 @@ return 0
 """Generic cell rate algorithm; KEYS[1] holds the theoretical arrival time in microseconds.
 Returns 0 when the request is allowed, else the microseconds to wait."""
 
+UploadFormat = Literal["rollouts", "update"]
+LAYOUTS: Final[dict[str, tuple[Callable[[int, str, str], str], str]]] = {
+    "rollouts": (rollout_key, ROLLOUT_CONTENT_TYPE),
+    "update": (update_key, UPDATE_CONTENT_TYPE),
+}
+"""Each format's object key (`proofpool.infra.storage`) and the Content-Type signed into its URL."""
+
 
 class UploadRequest(BaseModel):
     """The file a node is about to upload (the signer is the node)."""
@@ -65,6 +80,11 @@ class UploadRequest(BaseModel):
         description="sha256 of the file (hex); also the work key the node will submit on-chain.",
     )
     size: int = Field(ge=1, le=INT64_MAX, description="Exact size of the file in bytes (at most upload_max_bytes).")
+    format: UploadFormat = Field(
+        "rollouts",
+        description="`rollouts`: a rollout file (Parquet) of an RL pool; `update`: a training pool's update "
+        "file (safetensors: one round's quantized pseudo-gradient).",
+    )
 
 
 class UploadTicket(BaseModel):
@@ -85,7 +105,7 @@ class UploadTicket(BaseModel):
 _RESPONSES: dict[int | str, dict] = {
     403: {"description": "`not_active_member`: the signer is not an active member of an active pool `pool_id`."},
     413: {"description": "`upload_too_large`: `size` is over the upload limit."},
-    422: {"description": "Malformed body (pool id, sha256 hex, size)."},
+    422: {"description": "Malformed body (pool id, sha256 hex, size, format)."},
     429: {
         "description": "`rate_limited`: too many upload URLs for this node; wait `Retry-After` seconds.",
         "headers": {"Retry-After": {"description": "Seconds until the next URL.", "schema": {"type": "integer"}}},
@@ -103,9 +123,10 @@ async def create_upload(
     settings: SettingsDep,
     store: StoreDep,
 ) -> UploadTicket | JSONResponse:
-    """A presigned PUT for the signer's rollout file `pools/{pool}/rollouts/{node}/{sha256}.parquet`."""
+    """A presigned PUT for the signer's rollout file `pools/{pool}/rollouts/{node}/{sha256}.parquet`,
+    or with `"format": "update"` its update file `pools/{pool}/updates/{node}/{sha256}.safetensors`."""
     node, sha = caller.address, normalize_sha256(body.sha256)
-    context = {"pool_id": body.pool_id, "node": node, "work_key": sha, "size": body.size}
+    context = {"pool_id": body.pool_id, "node": node, "work_key": sha, "size": body.size, "format": body.format}
     if body.size > settings.upload_max_bytes:
         UPLOAD_URLS.labels("too_large").inc()
         log.info("upload refused: too large", extra=context)
@@ -126,8 +147,9 @@ async def create_upload(
         log.info("upload refused: not an active member", extra=context)
         raise ApiError(403, "not_active_member", _refusal(body.pool_id, node, membership))
 
-    key = rollout_key(body.pool_id, node, sha)
-    upload = store.presign_put(key, body.size, sha, settings.upload_url_ttl, content_type=ROLLOUT_CONTENT_TYPE)
+    key_of, content_type = LAYOUTS[body.format]
+    key = key_of(body.pool_id, node, sha)
+    upload = store.presign_put(key, body.size, sha, settings.upload_url_ttl, content_type=content_type)
     UPLOAD_URLS.labels("issued").inc()
     log.info("upload url issued", extra={**context, "key": key, "expires_at": upload.expires_at.isoformat()})
     return UploadTicket(

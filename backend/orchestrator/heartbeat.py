@@ -4,6 +4,10 @@ The cost is one Redis write and one SQL round trip (plus one small UPDATE when t
 reports a finished batch, and one indexed count once its batch counter passes the unsubmitted
 bound), so the backend keeps up with thousands of nodes per second.
 
+A training pool (`diloco://`, `proofpool.training.published`) hands out no assignment: its members
+train on the round's checkpoint and a shard they derive from the chain themselves, so their heartbeat
+is liveness and state only, and the backend never loads a training pool's environment (it has none).
+
 A node must answer every batch it is handed, in any order: batch n of a checkpoint is handed out
 only while at most `max_unsubmitted` of the n before it lack an on-chain submission. Otherwise a
 node could report batches finished without submitting them and keep only the problems it does
@@ -28,6 +32,7 @@ from redis.asyncio import Redis
 from proofpool.core.assignment import Assignment, Checkpoint, assign
 from proofpool.core.errors import ProofpoolError
 from proofpool.envs import pool_assignment, pool_environment
+from proofpool.training.published import is_training_pool
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +52,7 @@ class HeartbeatResult:
     pool_id: int | None
     assignment: Assignment | None
     withheld: Withheld | None = None
-    """Why a healthy member of an active pool got no assignment (None otherwise)."""
+    """Why a healthy member of an active RL pool got no assignment (None otherwise)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +122,8 @@ async def heartbeat(
     member_pool = ctx.pool_id if ctx.membership is not None or ctx.blacklisted else None
     if state is not NodeState.HEALTHY or ctx.pool_status != "active" or ctx.pool_id is None:
         return HeartbeatResult(node, state, member_pool, None)
+    if is_training_pool(ctx.model_uri or ""):
+        return HeartbeatResult(node, state, ctx.pool_id, None)
 
     version = ctx.checkpoint_version or 0
     batch = ctx.batch if ctx.batch is not None and ctx.batch_version == version else 0

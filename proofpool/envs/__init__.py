@@ -31,6 +31,10 @@ from proofpool.core.spec import NO_SPEC
 ENTRY_POINT_GROUP: Final = "proofpool.environments"
 SPEC_SCHEME: Final = "spec"
 """The scheme of a pool that runs a pool spec: `spec://<sha256 of the spec>` (`proofpool.envs.published`)."""
+TRAINING_SCHEME: Final = "diloco"
+"""The scheme of a training pool: `diloco://<sha256 of its DiLoCo spec>` (`proofpool.training.published`).
+Named here, beside `SPEC_SCHEME`, so that resolving any other pool's commitment imports neither
+publication module (nor the object store client they need, which a base install lacks)."""
 
 
 _LOADING: Final = threading.RLock()
@@ -95,20 +99,28 @@ def _load_environment(model_uri: str) -> Environment:
 
 def spec_commitment(model_uri: str) -> bytes:
     """The `specSha256` a pool created with `model_uri` must commit to on-chain: the hash a
-    `spec://` URI names (`SpecError` for a malformed one), `NO_SPEC` for any other scheme."""
-    if not model_uri.strip().lower().startswith(f"{SPEC_SCHEME}://"):
-        return NO_SPEC
-    from proofpool.envs.published import spec_hash_of
+    `spec://` URI (an RL pool's spec) or a `diloco://` URI (a training pool's spec,
+    `proofpool.training.published`) names (`SpecError` for a malformed one), `NO_SPEC` for any
+    other scheme."""
+    named = model_uri.strip().lower()
+    if named.startswith(f"{SPEC_SCHEME}://"):
+        from proofpool.envs.published import spec_hash_of
 
-    return bytes.fromhex(spec_hash_of(model_uri))
+        return bytes.fromhex(spec_hash_of(model_uri))
+    if named.startswith(f"{TRAINING_SCHEME}://"):
+        from proofpool.training.published import diloco_spec_hash_of
+
+        return bytes.fromhex(diloco_spec_hash_of(model_uri))
+    return NO_SPEC
 
 
 def check_spec_commitment(model_uri: str, spec_sha256: bytes) -> None:
     """Refuse a pool whose on-chain `specSha256` and model URI disagree (`SpecMismatch`).
 
-    A `spec://X` pool must have committed to `specSha256` X, and a pool with a nonzero `specSha256`
-    must be a `spec://` pool naming it (`spec_commitment`). Either way round, the two commitments
-    cannot both be what the creator meant, so no role works for the pool or judges its files."""
+    A `spec://X` or `diloco://X` pool must have committed to `specSha256` X, and a pool with a
+    nonzero `specSha256` must be such a pool naming it (`spec_commitment`). Either way round, the
+    two commitments cannot both be what the creator meant, so no role works for the pool or judges
+    its files."""
     from proofpool.envs.spec import SpecMismatch
 
     expected = spec_commitment(model_uri)

@@ -32,9 +32,18 @@ from schemathesis.checks import (
 
 from proofpool.core.auth.signed_request import sign_request
 from proofpool.infra.config import Settings, get_settings
-from proofpool.infra.storage import ROLLOUT_CONTENT_TYPE, ObjectStore, put_presigned, rollout_key
+from proofpool.infra.http.node_api import NodeApi
+from proofpool.infra.storage import (
+    ROLLOUT_CONTENT_TYPE,
+    UPDATE_CONTENT_TYPE,
+    ObjectStore,
+    parse_update_key,
+    put_presigned,
+    rollout_key,
+    update_key,
+)
 from proofpool.infra.storage.seaweed import SeaweedProcess
-from tests.fixtures.backend import TEST_AUDIENCE, empty_redis, signing_settings
+from tests.fixtures.backend import API_POOL_CONTRACT, CHAIN_ID, TEST_AUDIENCE, TEST_HOST, empty_redis, signing_settings
 from tests.fixtures.postgres import migrated_database
 
 UPLOADS_REDIS_DB = 13
@@ -87,8 +96,10 @@ class Uploads:
         signed = {**sign_request(signer, TEST_AUDIENCE, "POST", "/v1/uploads", raw), "Content-Type": "application/json"}
         return self.client.post("/v1/uploads", content=raw, headers={**signed, **(headers or {})})
 
-    def ask(self, signer: LocalAccount, pool_id: int = POOL, sha: str = FILE_SHA, size: int = len(FILE)):
-        return self.request(signer, {"pool_id": pool_id, "sha256": sha, "size": size})
+    def ask(
+        self, signer: LocalAccount, pool_id: int = POOL, sha: str = FILE_SHA, size: int = len(FILE), **extra: Any
+    ) -> httpx.Response:
+        return self.request(signer, {"pool_id": pool_id, "sha256": sha, "size": size, **extra})
 
     def add_pool(self, pool_id: int, status: str = "active") -> None:
         self.conn.execute(
@@ -187,6 +198,67 @@ def test_size_at_the_limit_is_accepted(uploads: Uploads, node: LocalAccount) -> 
     reply = uploads.ask(node, size=MAX_BYTES)
     assert reply.status_code == 200, reply.text
     assert reply.json()["headers"]["Content-Length"] == str(MAX_BYTES)
+
+
+# --- training pools: update files ----------------------------------------------------------
+
+
+def test_an_update_gets_a_url_for_its_update_key_and_the_put_succeeds(uploads: Uploads, node: LocalAccount) -> None:
+    uploads.add_member(POOL, node.address)
+    reply = uploads.ask(node, format="update")
+    assert reply.status_code == 200, reply.text
+    ticket = reply.json()
+
+    key = update_key(POOL, node.address, FILE_SHA)
+    assert ticket["key"] == key == f"pools/{POOL}/updates/{node.address}/{FILE_SHA}.safetensors"
+    assert parse_update_key(key).node == node.address
+    assert ticket["headers"]["Content-Type"] == UPDATE_CONTENT_TYPE
+    assert ticket["headers"]["Content-Length"] == str(len(FILE))
+    assert httpx.URL(ticket["url"]).path == f"/{ticket['bucket']}/{key}"
+    put_presigned(ticket["url"], ticket["headers"], FILE)
+    head = uploads.store.head_object(key)
+    assert head is not None and (head.sha256_hex, head.content_type) == (FILE_SHA, UPDATE_CONTENT_TYPE)
+    assert uploads.store.head_object(rollout_key(POOL, node.address, FILE_SHA)) is None
+
+
+def test_rollouts_is_the_default_format(uploads: Uploads, node: LocalAccount) -> None:
+    uploads.add_member(POOL, node.address)
+    named = uploads.ask(node, format="rollouts").json()
+    assert named["key"] == uploads.ask(node).json()["key"] == rollout_key(POOL, node.address, FILE_SHA)
+    assert named["headers"]["Content-Type"] == ROLLOUT_CONTENT_TYPE
+
+
+@pytest.mark.parametrize("bad", ["updates", "Update", "parquet", "", None, 1, ["update"]])
+def test_an_unknown_format_is_422_naming_the_formats(uploads: Uploads, node: LocalAccount, bad: Any) -> None:
+    uploads.add_member(POOL, node.address)
+    body = _assert_refused(uploads.ask(node, format=bad), 422, "invalid_request")
+    [problem] = body["detail"]
+    assert problem["loc"] == ["body", "format"]
+    assert "'rollouts'" in problem["msg"] and "'update'" in problem["msg"]
+
+
+def test_an_update_is_refused_as_a_rollout_file_is(uploads: Uploads, node: LocalAccount) -> None:
+    _assert_refused(uploads.ask(node, format="update"), 403, "not_active_member")
+    uploads.add_member(POOL, node.address)
+    _assert_refused(uploads.ask(node, format="update", size=MAX_BYTES + 1), 413, "upload_too_large")
+    for _ in range(RATE - 1):  # the 413 spent no slot; the 403 did (the limit comes before the lookup)
+        assert uploads.ask(node, format="update").status_code == 200
+    _assert_refused(uploads.ask(node, format="update"), 429, "rate_limited")
+
+
+def test_the_node_client_asks_for_an_update_url(client: TestClient, uploads: Uploads, node: LocalAccount) -> None:
+    """`NodeApi.request_upload(..., format="update")`, the worker's client, through the real app."""
+    uploads.add_member(POOL, node.address)
+    api = NodeApi(f"http://{TEST_HOST}", node, chain_id=CHAIN_ID, pool_contract=API_POOL_CONTRACT)
+    api._client._http = client  # TestClient is an httpx.Client that calls the app in-process
+    update = api.request_upload(POOL, bytes.fromhex(FILE_SHA), len(FILE), format="update")
+    rollouts = api.request_upload(POOL, bytes.fromhex(FILE_SHA), len(FILE))
+    assert (update.key, rollouts.key) == (
+        update_key(POOL, node.address, FILE_SHA),
+        rollout_key(POOL, node.address, FILE_SHA),
+    )
+    put_presigned(update.url, update.headers, FILE)
+    assert uploads.store.head_object(update.key) is not None
 
 
 # --- refusals -------------------------------------------------------------------------------

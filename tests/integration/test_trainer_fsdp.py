@@ -112,7 +112,7 @@ UNEVEN = GrpoConfig(micro_batch=2)
 
 def _groups(sizes: list[int], nan_group: int | None = None) -> list[RolloutSample]:
     """Groups of `sizes[g]` rows (even), half right and half wrong. Groups are dealt round-robin
-    (`World.shard`) and micro-batches hold 2 rows, so rank 0 runs (sizes[0] + sizes[2] + ...) / 2
+    (`proofpool.trainer.world.shard`) and micro-batches hold 2 rows, so rank 0 runs (sizes[0] + sizes[2] + ...) / 2
     passes and rank 1 (sizes[1] + sizes[3] + ...) / 2. `nan_group` gets a NaN advantage."""
     return [
         RolloutSample("add-1-2", g, (1, 5, 6), (7, 2), r, math.nan if g == nan_group and r else a, 7, 1.0, 0, b"")

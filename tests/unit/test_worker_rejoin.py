@@ -99,7 +99,7 @@ class RefusingApi:
     def __init__(self, refusals: int) -> None:
         self.refusals, self.calls = refusals, 0
 
-    def request_upload(self, pool_id: int, work_key: bytes, size: int) -> UploadTicket:
+    def request_upload(self, pool_id: int, work_key: bytes, size: int, format: str = "rollouts") -> UploadTicket:
         self.calls += 1
         if self.calls <= self.refusals:
             raise EJECTED_REFUSAL

@@ -44,6 +44,24 @@ CheckReason = Literal[
     "work_units_mismatch",
     "file_statistic",
     "tie_steering",
+    # Training pools (`proofpool.validator.checks.update`): the file's metadata, its round, the replay.
+    "wrong_pool",
+    "wrong_node",
+    "wrong_round",
+    "wrong_spec",
+    "wrong_base",
+    "wrong_units",
+    "loss_trace",
+    "stale",
+    "pseudo_gradient_mismatch",
+    # The update file reader's (`proofpool.core.diloco.update_file`) that the rollout reader does not name.
+    "not_safetensors",
+    "wrong_tensors",
+    "wrong_shape",
+    "wrong_dtype",
+    "table_not_finite",
+    "values_not_finite",
+    "wrong_codec",
 ]
 """Reasons the checks in this package name themselves (see docs/validator-checks.md)."""
 

@@ -16,7 +16,7 @@ with NodeApi(settings.backend_url, provider_account, **deployment) as api:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
@@ -116,9 +116,13 @@ class Unservable:
     detail: str = ""
 
 
+UploadFormat = Literal["rollouts", "update"]
+"""What a node uploads: a rollout file (RL pools) or an update file (training pools)."""
+
+
 @dataclass(frozen=True)
 class UploadTicket:
-    """Where and how to PUT one rollout file (see `proofpool.infra.storage.s3.put_presigned`)."""
+    """Where and how to PUT one file (see `proofpool.infra.storage.s3.put_presigned`)."""
 
     url: str
     headers: dict[str, str]
@@ -174,11 +178,14 @@ class NodeApi:
             }
         return Heartbeat.from_json(self._client.request("POST", "/v1/heartbeat", json_body=body))
 
-    def request_upload(self, pool_id: int, sha256: bytes, size: int) -> UploadTicket:
-        """A presigned PUT for this node's rollout file (`POST /v1/uploads`)."""
-        data = self._client.request(
-            "POST", "/v1/uploads", json_body={"pool_id": pool_id, "sha256": sha256.hex(), "size": size}
-        )
+    def request_upload(self, pool_id: int, sha256: bytes, size: int, format: UploadFormat = "rollouts") -> UploadTicket:
+        """A presigned PUT for this node's file (`POST /v1/uploads`): a rollout file, or with
+        `format="update"` a training pool's update file. A rollout request sends no `format`, so it
+        is the same request a backend from before training pools accepts."""
+        body: dict[str, Any] = {"pool_id": pool_id, "sha256": sha256.hex(), "size": size}
+        if format != "rollouts":
+            body["format"] = format
+        data = self._client.request("POST", "/v1/uploads", json_body=body)
         return UploadTicket(url=data["url"], headers=dict(data["headers"]), key=data["key"])
 
     def get_invite(self, node: str, pool_id: int | None = None) -> SignedInvite:

@@ -1,6 +1,6 @@
 """Object storage: the S3 client (`s3.py`), the devnet SeaweedFS launcher (`seaweed.py`) and
-the key layout below, the one place that knows where a rollout file (and a verdict's evidence, and
-a validator's judgements of a file's rows) lives.
+the key layout below, the one place that knows where a rollout file or a training pool's update
+file (and a verdict's evidence, and a validator's judgements of a file's rows) lives.
 
 The layout puts the pool, the node and the file's sha256 (the on-chain work key) in the
 key, so a presigned URL for one key cannot write another node's files, and the validator
@@ -38,7 +38,11 @@ from proofpool.infra.storage.s3 import (
 ROLLOUT_CONTENT_TYPE = "application/vnd.apache.parquet"
 """Content-Type signed into rollout upload URLs (the store keeps it with the object)."""
 
+UPDATE_CONTENT_TYPE: Final = "application/octet-stream"
+"""Content-Type signed into update upload URLs: a safetensors file (it has no registered media type)."""
+
 _ROLLOUT_KEY = re.compile(r"pools/([0-9]+)/rollouts/(0x[0-9a-fA-F]{40})/([0-9a-f]{64})\.parquet")
+_UPDATE_KEY = re.compile(r"pools/([0-9]+)/updates/(0x[0-9a-fA-F]{40})/([0-9a-f]{64})\.safetensors")
 
 
 @dataclass(frozen=True)
@@ -50,13 +54,33 @@ class RolloutKey:
     sha256_hex: str
 
 
+@dataclass(frozen=True)
+class UpdateKey:
+    """The parts of a training pool's update (pseudo-gradient) object key."""
+
+    pool_id: int
+    node: str
+    sha256_hex: str
+
+
 def rollout_key(pool_id: int, node: str, sha256_hex: str) -> str:
     """`pools/{pool}/rollouts/{node}/{sha256}.parquet`, node checksummed, sha256 lower-case hex."""
+    return _work_file_key(pool_id, node, sha256_hex, "rollouts", "parquet")
+
+
+def update_key(pool_id: int, node: str, sha256_hex: str) -> str:
+    """`pools/{pool}/updates/{node}/{sha256}.safetensors`: a training pool's update file (one node's
+    quantized pseudo-gradient of one round), node checksummed, sha256 lower-case hex."""
+    return _work_file_key(pool_id, node, sha256_hex, "updates", "safetensors")
+
+
+def _work_file_key(pool_id: int, node: str, sha256_hex: str, folder: str, suffix: str) -> str:
+    """`pools/{pool}/{folder}/{node}/{sha256}.{suffix}`: the one layout of a submitted file's key."""
     if pool_id < 0:
         raise ValueError(f"pool_id must be >= 0, not {pool_id}")
     if not is_address(node):
         raise ValueError(f"not an address: {node!r}")
-    return f"pools/{pool_id}/rollouts/{to_checksum_address(node)}/{normalize_sha256(sha256_hex)}.parquet"
+    return f"pools/{pool_id}/{folder}/{to_checksum_address(node)}/{normalize_sha256(sha256_hex)}.{suffix}"
 
 
 def evidence_key(pool_id: int, work_key_hex: str, validator: str, *, review_of_block: int | None = None) -> str:
@@ -143,16 +167,28 @@ def _judged_row(index: int, row: Any) -> JudgedRow:
 
 def parse_rollout_key(key: str) -> RolloutKey:
     """The inverse of `rollout_key`; `ValueError` for keys outside the layout."""
-    match = _ROLLOUT_KEY.fullmatch(key)
+    return RolloutKey(*_work_file_parts(_ROLLOUT_KEY, key, "a rollout key"))
+
+
+def parse_update_key(key: str) -> UpdateKey:
+    """The inverse of `update_key`; `ValueError` for keys outside the layout."""
+    return UpdateKey(*_work_file_parts(_UPDATE_KEY, key, "an update key"))
+
+
+def _work_file_parts(layout: re.Pattern[str], key: str, what: str) -> tuple[int, str, str]:
+    """(pool id, checksummed node, sha256 hex) of a key in `layout`; only the exact form
+    `_work_file_key` writes (checksummed node, lower-case sha256) is one."""
+    match = layout.fullmatch(key)
     if match is None or not is_address(match.group(2)) or to_checksum_address(match.group(2)) != match.group(2):
-        raise ValueError(f"not a rollout key: {key!r}")
-    return RolloutKey(int(match.group(1)), match.group(2), match.group(3))
+        raise ValueError(f"not {what}: {key!r}")
+    return int(match.group(1)), match.group(2), match.group(3)
 
 
 __all__ = [
     "JUDGED_CONTENT_TYPE",
     "JUDGED_FORMAT",
     "ROLLOUT_CONTENT_TYPE",
+    "UPDATE_CONTENT_TYPE",
     "ChecksumMismatch",
     "JudgedRow",
     "JudgementsError",
@@ -166,13 +202,16 @@ __all__ = [
     "RolloutKey",
     "StorageError",
     "StorageUnavailable",
+    "UpdateKey",
     "evidence_key",
     "judged_document",
     "judged_key",
     "normalize_sha256",
     "parse_rollout_key",
+    "parse_update_key",
     "put_presigned",
     "read_judged",
     "rollout_key",
     "sha256_b64",
+    "update_key",
 ]
