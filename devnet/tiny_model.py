@@ -12,7 +12,7 @@ reachable, so everything is built here from a seed and a text corpus.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -50,8 +50,9 @@ class TinyQwenSpec:
     max_positions: int = 4096
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> object:
-    """A byte-level BPE `tokenizers.Tokenizer` trained on `corpus` with the ChatML special tokens first."""
+def byte_level_bpe(texts: Iterable[str], vocab_size: int, special_tokens: Sequence[str]) -> object:
+    """A byte-level BPE `tokenizers.Tokenizer` of `vocab_size` ids trained on `texts`, with
+    `special_tokens` first (ids 0, 1, ...): deterministic, offline, every byte encodable."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     tokenizer = Tokenizer(models.BPE())
@@ -59,12 +60,17 @@ def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> object:
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,
-        special_tokens=list(SPECIAL_TOKENS),
+        special_tokens=list(special_tokens),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator([*BASE_CORPUS, *corpus], trainer=trainer)
+    tokenizer.train_from_iterator(texts, trainer=trainer)
     return tokenizer
+
+
+def train_tokenizer(corpus: Iterable[str], vocab_size: int) -> object:
+    """A byte-level BPE `tokenizers.Tokenizer` trained on `corpus` with the ChatML special tokens first."""
+    return byte_level_bpe([*BASE_CORPUS, *corpus], vocab_size, SPECIAL_TOKENS)
 
 
 def build_tiny_qwen3(directory: Path, corpus: Iterable[str] = (), spec: TinyQwenSpec | None = None) -> Path:

@@ -263,19 +263,10 @@ def read_pool(root: Path, settings: DevnetPoolSettings) -> DevnetDilocoPool | No
 
 def train_tokenizer(texts: Sequence[str], vocab: int) -> PreTrainedTokenizerFast:
     """A byte-level BPE tokenizer of `vocab` ids trained on `texts`, `EOS_TOKEN` first."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from proofpool.devnet.tiny_model import byte_level_bpe
     from transformers import PreTrainedTokenizerFast
 
-    raw = Tokenizer(models.BPE())
-    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    raw.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(
-        vocab_size=vocab,
-        special_tokens=[EOS_TOKEN],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        show_progress=False,
-    )
-    raw.train_from_iterator(texts, trainer=trainer)
+    raw = byte_level_bpe(texts, vocab, [EOS_TOKEN])
     return PreTrainedTokenizerFast(tokenizer_object=raw, eos_token=EOS_TOKEN, pad_token=EOS_TOKEN)
 
 

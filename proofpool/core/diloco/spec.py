@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import MISSING, asdict, dataclass, fields
 from typing import Any, Final
 
-from proofpool.core.spec import MAX_PROMPT_TOKENS, SpecError, _Reader, canonical_json, sha256_hex
+from proofpool.core.spec import MAX_PROMPT_TOKENS, ModelSpec, SpecError, _Reader, canonical_json, sha256_hex
 
 KIND: Final = "diloco"
 DILOCO_SPEC_VERSION: Final = 1
@@ -31,15 +31,9 @@ MAX_ROWS_PER_ROUND: Final = 1 << 24
 (`proofpool.core.diloco.shard`), and validators recompute the shard of every file they replay."""
 
 
-@dataclass(frozen=True)
-class DilocoModel:
-    architecture: str
-    """The Hugging Face architecture, e.g. "LlamaForCausalLM"."""
-    vocab_size: int
-    uri: str | None = None
-    """Where checkpoint version 0 is stored (s3://bucket/prefix/), filled when published."""
-    manifest_sha256: str | None = None
-    """Hex sha256 of version 0's checkpoint manifest: its files are verified against it."""
+DilocoModel = ModelSpec
+"""The base model, as an RL pool's spec names it: architecture, vocabulary, and where checkpoint
+version 0 is stored (`uri`, filled when published) with its manifest hash to verify it by."""
 
 
 @dataclass(frozen=True)
