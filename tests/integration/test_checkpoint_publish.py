@@ -6,8 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -18,12 +16,9 @@ from proofpool_arithmetic.build import ModelManifest, ModelSpec, init_model, sav
 from typer.testing import CliRunner
 
 from proofpool.inference.model import load_model
-from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
+from proofpool.infra.chain.anvil import ANVIL_KEYS
 from proofpool.infra.chain.bindings import PoolParams
-from proofpool.infra.chain.client import ChainClient
-from proofpool.infra.chain.deploy import deploy_contracts, write_address_book
-from proofpool.infra.chain.rpc import connect
-from proofpool.infra.chain.tx import TxSender
+from proofpool.infra.chain.deploy import write_address_book
 from proofpool.infra.checkpoint import (
     MANIFEST_NAME,
     CheckpointError,
@@ -43,29 +38,12 @@ from proofpool.infra.checkpoint.shards import INDEX_NAME
 from proofpool.infra.config import get_settings
 from proofpool.infra.storage import ObjectStore
 from proofpool.infra.storage.seaweed import SeaweedProcess
+from tests.fixtures.deployment import MANAGER, Deployment
 
-ADMIN, MANAGER, OUTSIDER = ANVIL_KEYS[0], ANVIL_KEYS[1], ANVIL_KEYS[8]
+OUTSIDER = ANVIL_KEYS[8]
 SPEC = ModelSpec(seed=5, hidden=64, layers=2, heads=2)
 SHARD = 40_000
 """Bytes per shard: the tiny model's ~270 kB of weights make 8 shards."""
-
-
-@dataclass(frozen=True)
-class Deployment:
-    admin: ChainClient
-    manager: ChainClient
-
-
-@pytest.fixture(scope="module")
-def deployment(anvil: AnvilProcess) -> Iterator[Deployment]:
-    """The contracts on the session's anvil, removed again after this module."""
-    snapshot = anvil.rpc("evm_snapshot")
-    w3 = connect(anvil.url)
-    admin_account = Account.from_key(ADMIN)
-    book = deploy_contracts(w3, TxSender(w3, admin_account))
-    admin = ChainClient.build(w3, book, admin_account)
-    yield Deployment(admin=admin, manager=admin.as_account(Account.from_key(MANAGER)))
-    anvil.rpc("evm_revert", [snapshot])
 
 
 @pytest.fixture

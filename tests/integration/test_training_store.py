@@ -5,13 +5,11 @@ and fetched back with its weights, momentum and round record intact."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import torch
-from eth_account import Account
 
 from proofpool.core.diloco.shard import node_rows
 from proofpool.core.diloco.spec import (
@@ -27,12 +25,7 @@ from proofpool.core.diloco.update_file import UpdateMeta, encode_update, read_up
 from proofpool.core.spec import SpecError
 from proofpool.envs.published import spec_key
 from proofpool.envs.spec import SpecMismatch
-from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
 from proofpool.infra.chain.bindings import PoolParams
-from proofpool.infra.chain.client import ChainClient
-from proofpool.infra.chain.deploy import deploy_contracts
-from proofpool.infra.chain.rpc import connect
-from proofpool.infra.chain.tx import TxSender
 from proofpool.infra.checkpoint import CheckpointError, Reason, publish_checkpoint
 from proofpool.infra.storage import ObjectStore
 from proofpool.training.dataset import DatasetError, dataset_spec, load_dataset, write_dataset
@@ -53,30 +46,13 @@ from proofpool.training.rounds import (
     round_checkpoint,
     write_round_checkpoint,
 )
+from tests.fixtures.deployment import Deployment
 from tests.unit.test_training_inner import SEQ_LEN, VOCAB, tiny_llama
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-ADMIN, MANAGER = ANVIL_KEYS[0], ANVIL_KEYS[1]
+
 NODES = ("0x" + "31" * 20, "0x" + "42" * 20)
-
-
-@dataclass(frozen=True)
-class Deployment:
-    admin: ChainClient
-    manager: ChainClient
-
-
-@pytest.fixture(scope="module")
-def deployment(anvil: AnvilProcess) -> Iterator[Deployment]:
-    """The contracts on the session's anvil, removed again after this module."""
-    snapshot = anvil.rpc("evm_snapshot")
-    w3 = connect(anvil.url)
-    admin_account = Account.from_key(ADMIN)
-    book = deploy_contracts(w3, TxSender(w3, admin_account))
-    admin = ChainClient.build(w3, book, admin_account)
-    yield Deployment(admin=admin, manager=admin.as_account(Account.from_key(MANAGER)))
-    anvil.rpc("evm_revert", [snapshot])
 
 
 @pytest.fixture(scope="module")
