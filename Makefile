@@ -92,7 +92,9 @@ bench: setup contracts
 	$(PY) -m bench.validator
 	$(PY) -m bench.trainer
 	$(PY) -m bench.broadcast
-	$(PY) -m bench.e2e
+	$(PY) -m bench.e2e  # both profiles side by side: where a submission's time goes
+	$(PY) -m bench.load  # 1,000 nodes at rising rates until a stage saturates
+	$(PY) -m bench.scaleout  # one validator process, then two
 	$(PY) -m bench.diloco  # training pools: bytes per submission, phases, replay cost, utilization
 	$(PY) -m bench.real_model  # SmolLM2 through the worker's engine and the validator's checks
 

@@ -14,12 +14,15 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from proofpool.backend.api import health, ledger, nodes, orchestrator, uploads
 from proofpool.backend.api.errors import install_error_handlers
+from proofpool.backend.api.heartbeat_route import HeartbeatEndpoint
 from proofpool.backend.api.openapi import install_error_docs
 from proofpool.backend.body_limit import BodyLimit
 from proofpool.backend.metrics import MetricsServer, mark_process_dead
+from proofpool.backend.orchestrator.heartbeat import ContextCache
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from starlette.routing import Route
 
 from proofpool.core.auth.signed_request import TimeWindow
 from proofpool.core.errors import ServiceUnavailable
@@ -123,5 +126,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     for router in (nodes.router, orchestrator.router, uploads.router, ledger.router):
         app.include_router(router, prefix=API_PREFIX)
+    install_lean_heartbeat(app)
     install_error_docs(app)
     return app
+
+
+def install_lean_heartbeat(app: FastAPI) -> None:
+    """Answer `POST /v1/heartbeat` with `proofpool.backend.api.heartbeat_route` ahead of the FastAPI
+    route, which stays the documented one and answers whatever the lean endpoint hands it. The
+    heartbeat contexts it caches live on `app.state.heartbeat_contexts` (one cache per process)."""
+    path = API_PREFIX + "/heartbeat"
+    documented = next(
+        r for r in app.router.routes if getattr(r, "path", None) == path and "POST" in getattr(r, "methods", ())
+    )
+    app.state.heartbeat_contexts = ContextCache()
+    app.router.routes.insert(0, Route(path, HeartbeatEndpoint(documented), methods=["POST"], include_in_schema=False))

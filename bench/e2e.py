@@ -10,38 +10,71 @@ machine's cores. Reported:
 - the share of worker time spent generating: per worker, the seconds its batches took to generate
   (the `batch written` log lines) over the time from its first batch to its last;
 - validator utilization: seconds spent deciding (`proofpool_validation_seconds_sum`, scraped
-  from each validator's metrics port) over the time the loop ran.
+  from each validator's metrics port) over the time the loop ran;
+- where the time goes: per stage of every judged submission (indexing, dispatch, queue, checks,
+  verdict_wait, verdict_tx; `proofpool.validator.stages`), p50/p99 from the timestamps the
+  indexer and the validators record in the database.
 
-Prints JSON lines and writes `bench/results/e2e.jsonl`.
-Run: `.venv/bin/python -m bench.e2e [--steps 3] [--samples-per-step 256]`.
+Profiles (`--profiles`, run one after the other on fresh markets, so their figures sit side by
+side from one run): `tuned` is the devnet as it ships (workers and trainer niced, accepted verdicts
+wait at most `PROOFPOOL_VERDICT_MAX_WAIT` = 1 s for a batch); `baseline` puts back the settings
+the market ran with before (everything at one priority, 5 s batch wait).
+
+Prints JSON lines and a table per profile, and writes `bench/results/e2e.jsonl`.
+Run: `.venv/bin/python -m bench.e2e [--steps 3] [--samples-per-step 256] [--profiles baseline,tuned]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
-from proofpool.devnet.run import DevnetConfig, check_services, follow, market, settle, start_loop
+from proofpool.devnet.run import WORKER_NICE, DevnetConfig, check_services, follow, market, settle, start_loop
 from proofpool.devnet.services import stop_all
 from proofpool.devnet.stack import DevnetStack
+from proofpool.validator.stages import STAGES, TOTAL, stage_rows
 from proofpool_arithmetic.cache import ensure_devnet_model
 
 from bench.market import emit
 
 REDIS_DB = 9
+PROFILES: dict[str, dict[str, Any]] = {
+    "baseline": {"nice": 0, "validator_env": {"PROOFPOOL_VERDICT_MAX_WAIT": "5"}},
+    "tuned": {"nice": WORKER_NICE, "validator_env": {}},
+}
+"""Devnet settings per profile (module docstring)."""
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO proofpool\.worker\.node batch written .*?\bseconds=([0-9.]+)")
 
 
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def stage_figures(stack: DevnetStack) -> dict[str, dict[str, float | int]]:
+    """p50/p99/mean seconds and count per stage of every judged submission of the devnet pool."""
+    with psycopg.connect(stack.env["DATABASE_URL"]) as conn:
+        rows = stage_rows(conn, stack.pool_id)
+    out: dict[str, dict[str, float | int]] = {}
+    for stage in (*STAGES, TOTAL):
+        values = [d[stage] for d in (row.durations() for row in rows) if stage in d]
+        if values:
+            out[stage] = {
+                "p50": round(percentile(values, 0.5), 3),
+                "p99": round(percentile(values, 0.99), 3),
+                "mean": round(statistics.fmean(values), 3),
+                "n": len(values),
+            }
+    return out
 
 
 def verdict_latencies(stack: DevnetStack) -> list[float]:
@@ -83,22 +116,25 @@ def busy_seconds(port: int) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--samples-per-step", type=int, default=256)
-    args = parser.parse_args()
-    check_services()
-    ensure_devnet_model()
-    out = Path(tempfile.mkdtemp(prefix="proofpool-bench-e2e-"))
+def run_profile(name: str, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    """One market run with profile `name`'s settings; its figure rows."""
+    profile = PROFILES[name]
     config = DevnetConfig(
-        out_dir=out / "run",
+        out_dir=out / name,
         steps=args.steps,
         samples_per_step=args.samples_per_step,
         database="proofpool_bench_e2e",
         redis_db=REDIS_DB,
+        nice=profile["nice"],
+        validator_env=profile["validator_env"],
     )
-    common = {"bench": "e2e", "steps": args.steps, "samples_per_step": args.samples_per_step, "cores": 2}
+    common = {
+        "bench": "e2e",
+        "profile": name,
+        "steps": args.steps,
+        "samples_per_step": args.samples_per_step,
+        "cores": len(os.sched_getaffinity(0)),
+    }
     with market(config, print) as (stack, _store):
         run = start_loop(config, stack, print)
         try:
@@ -110,11 +146,12 @@ def main() -> None:
         finally:
             stop_all(run.processes)
         latencies = verdict_latencies(stack)
+        stages = stage_figures(stack)
         shares = {
             name: generating_share(stack.root / f"worker-{name}.log") for name in run.workers if name != run.cheater
         }
     submitted = sum(n.submitted for n in snapshot.nodes)
-    rows = [
+    return [
         {
             **common,
             "figure": "submissions_per_minute",
@@ -142,8 +179,52 @@ def main() -> None:
             "value": round(statistics.fmean(b / loop_seconds for b in busy.values()), 3),
             "per_validator": {name: round(b / loop_seconds, 3) for name, b in busy.items()},
         },
+        *({**common, "figure": "stage_seconds", "stage": stage, **values} for stage, values in stages.items()),
     ]
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """The figures of every profile side by side, then the stages."""
+    profiles = list(dict.fromkeys(row["profile"] for row in rows))
+    by = {(row["profile"], row["figure"], row.get("stage")): row for row in rows}
+    print("\n| figure | " + " | ".join(profiles) + " |")
+    print("|---|" + "---|" * len(profiles))
+
+    def cell(profile: str, figure: str, stage: str | None = None) -> str:
+        row = by.get((profile, figure, stage))
+        if row is None:
+            return "-"
+        if "p50" in row:
+            return f"p50 {row['p50']} / p99 {row['p99']}"
+        return str(row["value"])
+
+    for figure in ("submissions_per_minute", "submission_to_verdict_seconds", "worker_generating_share"):
+        print(f"| {figure} | " + " | ".join(cell(p, figure) for p in profiles) + " |")
+    print("| validator_utilization | " + " | ".join(cell(p, "validator_utilization") for p in profiles) + " |")
+    for stage in (*STAGES, TOTAL):
+        print(f"| stage {stage} (s) | " + " | ".join(cell(p, "stage_seconds", stage) for p in profiles) + " |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--samples-per-step", type=int, default=256)
+    parser.add_argument(
+        "--profiles", default="baseline,tuned", help=f"comma-separated, run in order: {', '.join(PROFILES)}"
+    )
+    args = parser.parse_args()
+    names = [name.strip() for name in args.profiles.split(",") if name.strip()]
+    unknown = [name for name in names if name not in PROFILES]
+    if unknown or not names:
+        parser.error(f"unknown profile(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(PROFILES)}")
+    check_services()
+    ensure_devnet_model()
+    out = Path(tempfile.mkdtemp(prefix="proofpool-bench-e2e-"))
+    rows: list[dict[str, Any]] = []
+    for name in names:
+        rows += run_profile(name, args, out)
     emit("e2e", rows)
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -5,12 +5,18 @@ Batch operations (attestWork, finalizeWork) are measured at batch sizes 1, 16 an
 reported per key as well. Targets (per the contract design): submitWork <= 90,000 gas;
 attestWork and finalizeWork per key at batch 128 <= 12,000 and <= 15,000 gas.
 
+Bundles (`submitWorkBundle`, many files as one submission): the submission at 1, 8, 32 and 128
+files, attestWork and finalizeWork of 1 and of 16 bundles of 32 files, and the headline, the gas
+per accepted file (submit + attest + finalize, amortized) with bundles of 32 files, target
+<= 25,000, next to the same figure for single-file submissions.
+
 Run: `make bench` or `.venv/bin/python bench/gas.py` (needs `make contracts` first).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from dataclasses import dataclass
@@ -24,6 +30,7 @@ from web3 import Web3
 from proofpool.infra.chain.anvil import ANVIL_KEYS, start_anvil
 from proofpool.infra.chain.artifacts import load_artifact
 from proofpool.infra.chain.bindings import NO_EVIDENCE
+from proofpool.infra.chain.bundles import bundle_key, canonical
 from proofpool.infra.chain.deploy import TOKEN, AddressBook, DeployParams, deploy_contracts, grant_validator
 from proofpool.infra.chain.rpc import connect
 from proofpool.infra.chain.signing import sign_invite, sign_node_ownership
@@ -33,6 +40,14 @@ RESULTS = Path(__file__).resolve().parent / "results" / "gas.jsonl"
 BATCHES = (1, 16, 128)
 TARGETS = {"submitWork": 90_000, "attestWork": 12_000, "finalizeWork": 15_000}
 """Per-key targets; batch targets apply at batch 128."""
+BUNDLE_SIZES = (1, 8, 32, 128)
+BUNDLE_FILES = 32
+"""Files per bundle of the headline figure."""
+BUNDLE_BATCHES = (1, 16)
+"""Bundles per attestWork / finalizeWork transaction of the headline figure."""
+PER_FILE_TARGET = 25_000
+"""Gas per accepted file (submit + attest + finalize) with bundles of BUNDLE_FILES files."""
+FILE_UNITS = 4096
 DISPUTE_WINDOW = 3600
 CHALLENGE_WINDOW = 600
 
@@ -49,6 +64,11 @@ class Bench:
 
     def send(self, who: str, fn: Any) -> int:
         return int(self.senders[who].send(fn)["gasUsed"])
+
+    def row(self, row: dict[str, Any]) -> None:
+        """Record a row built by the caller (the bundle figures)."""
+        self.rows.append(row)
+        print(json.dumps(row), flush=True)
 
     def record(self, op: str, gas: int, batch: int | None = None) -> None:
         row: dict[str, Any] = {"op": op, "gas": gas}
@@ -123,14 +143,18 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
 
     total = sum(BATCHES)
     submit_gas = [
-        bench.send("node", pool.functions.submitWork(1, node.address, _work_key(i), 4096, 1)) for i in range(total)
+        bench.send("node", pool.functions.submitWork(1, node.address, _work_key(i), FILE_UNITS, 1))
+        for i in range(total)
     ]
     bench.record("submitWork", max(submit_gas))
+    single = {"submitWork": sum(submit_gas) // len(submit_gas)}
 
     start = 0
     for size in BATCHES:
         keys = [_work_key(i) for i in range(start, start + size)]
-        bench.record("attestWork", bench.send("validator", pool.functions.attestWork(1, keys, NO_EVIDENCE)), size)
+        gas = bench.send("validator", pool.functions.attestWork(1, keys, NO_EVIDENCE))
+        bench.record("attestWork", gas, size)
+        single["attestWork"] = gas // size  # the last, largest batch
         start += size
 
     bad_key = Web3.keccak(text="forged-rollout")
@@ -144,7 +168,9 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     start = 0
     for size in BATCHES:
         keys = [_work_key(i) for i in range(start, start + size)]
-        bench.record("finalizeWork", bench.send("anyone", pool.functions.finalizeWork(1, keys)), size)
+        gas = bench.send("anyone", pool.functions.finalizeWork(1, keys))
+        bench.record("finalizeWork", gas, size)
+        single["finalizeWork"] = gas // size
         start += size
 
     bench.record("withdrawRewards", bench.send("provider", pool.functions.withdrawRewards()))
@@ -153,6 +179,7 @@ def run(bench: Bench, node: LocalAccount, node2: LocalAccount) -> None:
     bench.record("publishCheckpoint", gas)
     bench.record("unbond", bench.send("provider2", stake.functions.unbond(100 * TOKEN)))
     _challenged_verdicts(bench, node, manager)
+    _bundles(bench, node, manager, single)
 
 
 def _challenged_verdicts(bench: Bench, node: LocalAccount, manager: LocalAccount) -> None:
@@ -187,6 +214,67 @@ def _challenged_verdicts(bench: Bench, node: LocalAccount, manager: LocalAccount
     bench.increase_time(DISPUTE_WINDOW)
     bench.record("refundBudget", bench.send("creator", pool.functions.refundBudget(pool_id)))
     bench.record("expireWork, batch 1", bench.send("anyone", pool.functions.expireWork(pool_id, [unjudged])))
+
+
+def _bundle(label: str, files: int) -> tuple[list[bytes], list[int]]:
+    """`files` canonical files (ascending sha256 keys) of FILE_UNITS units each."""
+    return canonical((hashlib.sha256(f"{label}-{i}".encode()).digest(), FILE_UNITS) for i in range(files))
+
+
+def _bundles(bench: Bench, node: LocalAccount, manager: LocalAccount, single: dict[str, int]) -> None:
+    """Bundled submissions in a pool of their own: the submission at every size, attestWork and
+    finalizeWork of 1 and 16 bundles of BUNDLE_FILES files, and the gas per accepted file compared
+    with single-file submissions (`single`: submitWork's mean, attest and finalize per key at the
+    largest batch). validator2 attests: `validator` lost stake to the overturned rejection above."""
+    pool = bench.contract("ComputePool")
+    addr = {name: sender.address for name, sender in bench.senders.items()}
+    params = (addr["manager"], addr["treasury"], "hf://tiny-llama/arith", bytes(32), TOKEN // 100, TOKEN // 10)
+    params += (200 * TOKEN, DISPUTE_WINDOW, 2_000, 0, 1)
+    bench.send("creator", pool.functions.createPool(params))
+    pool_id = int(pool.functions.poolCount().call())
+    bench.send("creator", pool.functions.fundPool(pool_id, 100_000 * TOKEN))
+    bench.send("creator", pool.functions.startPool(pool_id))
+    bench.send("provider", pool.functions.approvePool(pool_id, 1_000 * TOKEN))
+    expiry = bench.w3.eth.get_block("latest")["timestamp"] + 3600
+    invite = sign_invite(manager, pool_id, node.address, 200, expiry, bench.w3.eth.chain_id, bench.book.compute_pool)
+    bench.send("provider", pool.functions.joinPool(pool_id, node.address, 200, expiry, invite.signature))
+
+    def submit(label: str, files: int) -> tuple[bytes, int]:
+        keys, units = _bundle(label, files)
+        gas = bench.send("node", pool.functions.submitWorkBundle(pool_id, node.address, keys, units, 1))
+        return bundle_key(keys, units), gas
+
+    submitted: dict[int, int] = {}
+    for files in BUNDLE_SIZES:
+        _, gas = submit(f"size-{files}", files)
+        submitted[files] = gas
+        bench.row({"op": "submitWorkBundle", "files": files, "gas": gas, "gas_per_file": gas // files})
+    batches = {size: [submit(f"batch-{size}-{i}", BUNDLE_FILES)[0] for i in range(size)] for size in BUNDLE_BATCHES}
+
+    attested: dict[int, int] = {}
+    for size, keys in batches.items():
+        attested[size] = bench.send("validator2", pool.functions.attestWork(pool_id, keys, NO_EVIDENCE))
+        per_file = attested[size] // (size * BUNDLE_FILES)
+        bench.row({"op": "attestWork, bundles", "files": BUNDLE_FILES, "batch": size, "gas": attested[size],
+                   "gas_per_key": attested[size] // size, "gas_per_file": per_file})  # fmt: skip
+    bench.increase_time(DISPUTE_WINDOW)
+    finalized: dict[int, int] = {}
+    for size, keys in batches.items():
+        finalized[size] = bench.send("anyone", pool.functions.finalizeWork(pool_id, keys))
+        per_file = finalized[size] // (size * BUNDLE_FILES)
+        bench.row({"op": "finalizeWork, bundles", "files": BUNDLE_FILES, "batch": size, "gas": finalized[size],
+                   "gas_per_key": finalized[size] // size, "gas_per_file": per_file})  # fmt: skip
+
+    single_per_file = single["submitWork"] + single["attestWork"] + single["finalizeWork"]
+    bench.row({"op": "per accepted file, single files", "gas_per_file": single_per_file,
+               "submit": single["submitWork"], "attest": single["attestWork"], "finalize": single["finalizeWork"],
+               "verdict_batch": BATCHES[-1]})  # fmt: skip
+    for size in BUNDLE_BATCHES:
+        settle = (attested[size] + finalized[size]) / size
+        per_file = round((submitted[BUNDLE_FILES] + settle) / BUNDLE_FILES)
+        bench.row({"op": "per accepted file, bundles", "files": BUNDLE_FILES, "verdict_batch": size,
+                   "gas_per_file": per_file, "vs_single_files": round(single_per_file / per_file, 1),
+                   "target": PER_FILE_TARGET, "meets_target": per_file <= PER_FILE_TARGET})  # fmt: skip
 
 
 def main() -> int:

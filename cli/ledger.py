@@ -197,6 +197,8 @@ def render_table(resource: str, items: list[dict[str, Any]], columns: list[str] 
 
 
 def _cell(column: Column, value: Any) -> str:
+    if column.kind is Kind.FILES:  # the file count: a bundle's files, or the one file of a submitWork
+        return str(len(value)) if value is not None else "1"
     if value is None:
         return ""
     if column.kind is Kind.AMOUNT:
@@ -260,11 +262,12 @@ for _listing in LISTINGS.values():
 @app.command()
 def submission(
     pool_id: int = typer.Argument(..., min=0, help="Pool id."),
-    work_key: str = typer.Argument(..., help="Work key: sha256 of the rollout file, 0x-hex."),
+    work_key: str = typer.Argument(..., help="Work key: sha256 of the rollout file or a bundle's key, 0x-hex."),
     as_json: JsonOption = False,
     backend_url: BackendOption = None,
 ) -> None:
-    """One submission with its verdicts (reason codes), slash and the credits paid for it."""
+    """One submission with its verdicts (reason codes), slash and the credits paid for it, and a
+    bundle's files."""
     client = LedgerClient(backend_url or get_settings().backend_url)
     try:
         detail = client.get(f"submissions/{pool_id}/{work_key}", {}).json()
@@ -275,9 +278,31 @@ def submission(
         return
     console = Console()
     print_table(console, "submissions", [detail["submission"]])
+    files = detail["submission"].get("files")
+    if files:
+        print_files(console, files)
     for part in ("verdicts", "slashes", "rewards"):
         if detail[part]:
             print_table(console, part, detail[part])
+
+
+def print_files(console: Console, files: list[dict[str, Any]]) -> None:
+    """A bundle's files, in bundle order, with their full work keys (the keys the files are stored
+    under, which an auditor fetches them by: not shortened)."""
+    table = Table(
+        title=f"files of the bundle ({len(files)})",
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        pad_edge=False,
+        collapse_padding=True,
+    )
+    table.add_column("#", justify="right")
+    table.add_column("work_key", no_wrap=True, overflow="fold")
+    table.add_column("work_units", justify="right")
+    for index, file in enumerate(files):
+        table.add_row(str(index), file["work_key"], str(file["work_units"]))
+    console.print(table)
 
 
 VERIFY_MATCH, VERIFY_MISMATCH, VERIFY_FAILED = 0, 1, 2

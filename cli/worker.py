@@ -20,12 +20,16 @@ from proofpool.devnet.adversary import CheatMode
 from proofpool.devnet.diloco.cheats import TrainCheat
 from rich.table import Table
 
+from proofpool.infra.chain.bundles import MAX_BUNDLE_FILES
 from proofpool.infra.config import get_settings
 
 app = typer.Typer(no_args_is_help=True)
 
 NODE_KEY_ENV = "PROOFPOOL_NODE_KEY"
 TRAIN_PROCESSES_ENV = "PROOFPOOL_WORKER_TRAIN_PROCESSES"
+MAX_BUNDLE_ENV = "PROOFPOOL_WORKER_MAX_BUNDLE"
+DEFAULT_MAX_BUNDLE = 32
+"""`proofpool.worker.submit.DEFAULT_MAX_BUNDLE` (the worker's modules load only when a command runs)."""
 
 NodeKeyOption = Annotated[
     str | None,
@@ -92,6 +96,18 @@ def run(
             show_default=False,
         ),
     ] = None,
+    max_bundle: Annotated[
+        int,
+        typer.Option(
+            "--max-bundle",
+            min=1,
+            max=MAX_BUNDLE_FILES,
+            envvar=MAX_BUNDLE_ENV,
+            show_envvar=True,
+            help="Files already waiting for the chain together (same pool and version) are sent as one "
+            "submitWorkBundle of at most this many; 1: one submitWork per file. A lone file is never held back.",
+        ),
+    ] = DEFAULT_MAX_BUNDLE,
     train_processes: Annotated[
         int,
         typer.Option(
@@ -134,6 +150,7 @@ def run(
         idle_interval=idle_interval,
         specs={"cores": _cores()},
         async_window=settings.async_window,
+        max_bundle=max_bundle,
     )
     stop = threading.Event()
 
@@ -191,7 +208,7 @@ def journal(
     state_dir: StateDirOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """What the worker's journal holds: each batch, its work key and how far it got."""
+    """What the worker's journal holds: each batch, its work key, the bundle it went out in, and how far it got."""
     from proofpool.worker.journal import Journal
 
     path = _state_dir(state_dir, node)
@@ -206,7 +223,7 @@ def journal(
     if as_json:
         print_json([{**e.__dict__, "state": e.state.value} for e in entries])
         return
-    table = Table("version", "batch", "work key", "units", "samples", "state", "tx", "error")
+    table = Table("version", "batch", "work key", "units", "samples", "state", "bundle", "tx", "error")
     for e in entries:
         table.add_row(
             str(e.version),
@@ -215,6 +232,7 @@ def journal(
             str(e.work_units),
             str(e.samples),
             e.state.value,
+            "0x" + e.submission.hex() if e.bundled and e.submission else "",
             e.tx_hash or "",
             e.error or "",
         )

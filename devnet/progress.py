@@ -29,7 +29,7 @@ class NodeLine:
     role: str
     """"honest" or the cheat mode."""
     counts: dict[str, int]
-    """Submissions by status (pending, accepted, rejected, invalid, finalized, forfeited, expired)."""
+    """Files by the status of their submission (pending, accepted, rejected, invalid, finalized, forfeited, expired)."""
     member_state: str
     slashed: int
     """Base units of the provider's stake slashed in this pool."""
@@ -105,8 +105,8 @@ def read_snapshot(stack: DevnetStack, run: DevnetRun) -> Snapshot:
         rewards = ledger.items("rewards", {"pool_id": pool})
         verdicts = ledger.items("verdicts", {"pool_id": pool})
     by_node: dict[str, Counter[str]] = {}
-    for row in submissions:
-        by_node.setdefault(row["node"], Counter())[row["status"]] += 1
+    for row in submissions:  # files, not submissions: a bundle counts each of its files
+        by_node.setdefault(row["node"], Counter())[row["status"]] += len(row.get("files") or ()) or 1
     nodes = []
     for name, provider, node in stack.cast.providers():
         if name not in run.workers:

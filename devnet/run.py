@@ -15,6 +15,7 @@ run exits 130 whatever phase the signal lands in (`proofpool.devnet.interrupt`).
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import httpx
 import redis
 from proofpool.devnet.adversary import CheatMode, drill_environment, other_model
 from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
@@ -45,7 +47,7 @@ from proofpool.devnet.report import (
     validator_table,
     write_json,
 )
-from proofpool.devnet.services import Service, ServiceFailed, cpu_shares, stop_all, thread_environment
+from proofpool.devnet.services import Service, ServiceFailed, cpu_shares, stop_all, thread_environment, wait_until
 from proofpool.devnet.stack import DevnetStack, start_stack
 from rich.console import Console
 from rich.live import Live
@@ -107,6 +109,13 @@ class ModelPool:
         )
 
 
+WORKER_NICE = 10
+"""Niceness of the devnet's workers and trainer. On one machine they stand in for the providers' and
+the pool creator's own machines; at the validators' priority their generation and training take the
+validators' cores whenever a file waits to be judged, and a provider waits that long for its verdict
+(bench/e2e.py measures both). Niced, they use every cycle the validators leave idle."""
+
+
 @dataclass(frozen=True)
 class DevnetConfig:
     """What `proofpool devnet run` runs."""
@@ -131,6 +140,10 @@ class DevnetConfig:
     """Providers that run a node (alice, bob, carol, dave, in that order); the last one cheats."""
     validators: int = 2
     """Validator processes (validator, validator2)."""
+    nice: int = WORKER_NICE
+    """Niceness of the workers and the trainer (`WORKER_NICE`); 0 runs them at the validators' priority."""
+    validator_env: Mapping[str, str] = field(default_factory=dict)
+    """Settings added to the validators' environment (e.g. `PROOFPOOL_VERDICT_MAX_WAIT`)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= len(PROVIDER_NAMES):
@@ -263,7 +276,7 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
     root, pool = config.out_dir, stack.pool_id
     providers = stack.cast.providers()[: config.workers]
     shares = compute_shares(config, "trainer")
-    start_validators(run, shares, say)
+    start_validators(run, shares, say, config.validator_env)
     run.trainer = stack.spawn(
         "trainer",
         [
@@ -277,6 +290,7 @@ def start_loop(config: DevnetConfig, stack: DevnetStack, say: Say) -> DevnetRun:
             "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / "trainer"),
         }
         | thread_environment(shares["trainer"]),
+        nice=config.nice,
     )
     say(f"trainer started: {config.steps} steps of >= {config.samples_per_step} accepted samples")
     run.cheater = providers[-1][0] if config.cheat else None
@@ -318,7 +332,31 @@ def start_validators(
             | dict(env or {})
             | thread_environment(shares[name]),
         )
-    say(f"validators {', '.join(run.validators)} started (Celery worker processes)")
+    for name, service in run.validators.items():
+        port = run.metrics_ports[name]
+        wait_until(
+            lambda port=port: validator_ready(port),
+            timeout=VALIDATOR_READY_TIMEOUT,
+            what=f"{name} ready",
+            service=service,
+            poll=0.5,
+        )
+    say(f"validators {', '.join(run.validators)} started and warmed up (Celery worker processes)")
+
+
+VALIDATOR_READY_TIMEOUT = 300.0
+"""Seconds a validator may take to start and load its models (minutes on a busy machine)."""
+
+
+def validator_ready(port: int) -> bool:
+    """Whether the validate worker serving metrics on `port` takes tasks (`proofpool_validator_ready`).
+    The devnet starts its workers only then: files submitted earlier would wait out the validators'
+    start in the queue, and a queue that starts long drains only as fast as workers leave room."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=2).text
+    except httpx.HTTPError:
+        return False
+    return re.search(r"^proofpool_validator_ready 1(\.0)?$", text, re.MULTILINE) is not None
 
 
 def start_worker(
@@ -345,6 +383,7 @@ def start_worker(
         ],
         {"PROOFPOOL_NODE_KEY": node.key.hex(), "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name)}
         | thread_environment(cores, vllm=True),
+        nice=run.config.nice,
     )
     return run.workers[name]
 
@@ -409,7 +448,7 @@ def settle(run: DevnetRun, say: Say) -> Snapshot:
         stop_all(list(run.validators.values()), timeout=30)
     accepted = snapshot.accepted_keys
     window = stack.admin.pool.get_pool(stack.pool_id).dispute_window
-    say(f"every submission judged; closing the {window} s dispute window and finalizing {len(accepted)} file(s)")
+    say(f"every submission judged; closing the {window} s dispute window and finalizing {len(accepted)} submission(s)")
     time_travel(stack.admin, window + 1)
     for start in range(0, len(accepted), FINALIZE_BATCH):
         stack.admin.pool.finalize_work(stack.pool_id, accepted[start : start + FINALIZE_BATCH])

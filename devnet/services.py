@@ -37,6 +37,8 @@ class Service:
     args: tuple[str, ...] = ()
     """The `proofpool` arguments it was started with (`restarted()` starts it again with them)."""
     env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    nice: int = 0
+    """Niceness it runs at (`nice -n`), kept by `restarted()`."""
 
     @property
     def alive(self) -> bool:
@@ -60,7 +62,7 @@ class Service:
 
     def restarted(self) -> Service:
         """The same command started again (same environment, same log file, appended)."""
-        return spawn_cli(self.name, list(self.args), self.env, self.log_path)
+        return spawn_cli(self.name, list(self.args), self.env, self.log_path, nice=self.nice)
 
     def kill(self) -> None:
         """SIGKILL to the service and every process it started (its own process group): what a
@@ -123,12 +125,14 @@ def thread_environment(cores: Sequence[int], *, vllm: bool = False) -> dict[str,
     return env
 
 
-def spawn_cli(name: str, args: list[str], env: Mapping[str, str], log_path: Path) -> Service:
-    """`proofpool ARGS` as a child process with environment `env`, output appended to `log_path`."""
+def spawn_cli(name: str, args: list[str], env: Mapping[str, str], log_path: Path, *, nice: int = 0) -> Service:
+    """`proofpool ARGS` as a child process with environment `env`, output appended to `log_path`,
+    at niceness `nice` (0: this process's)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     out = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
+    prefix = ["nice", "-n", str(nice)] if nice else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "proofpool.cli.main", *args],
+        [*prefix, sys.executable, "-m", "proofpool.cli.main", *args],
         cwd=REPO_ROOT,
         env=dict(env),
         stdout=out,
@@ -136,7 +140,7 @@ def spawn_cli(name: str, args: list[str], env: Mapping[str, str], log_path: Path
         start_new_session=True,  # its own process group: `kill()` reaches the children too
     )
     out.close()
-    return Service(name, process, log_path, tuple(args), dict(env))
+    return Service(name, process, log_path, tuple(args), dict(env), nice)
 
 
 def wait_until(

@@ -40,10 +40,13 @@ class DevnetStack:
     backend_url: str
     services: list[Service] = field(default_factory=list)
 
-    def spawn(self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None) -> Service:
-        """Start `proofpool ARGS` with the stack's environment (plus `extra_env`), logging to root/NAME.log."""
+    def spawn(
+        self, name: str, args: list[str], extra_env: Mapping[str, str] | None = None, *, nice: int = 0
+    ) -> Service:
+        """Start `proofpool ARGS` with the stack's environment (plus `extra_env`) at niceness `nice`,
+        logging to root/NAME.log."""
         with deferred_interrupts():  # started means recorded, or `close()` would not stop it
-            service = spawn_cli(name, args, {**self.env, **(extra_env or {})}, self.root / f"{name}.log")
+            service = spawn_cli(name, args, {**self.env, **(extra_env or {})}, self.root / f"{name}.log", nice=nice)
             self.services.append(service)
         return service
 

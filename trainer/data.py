@@ -4,7 +4,9 @@ Step n trains on files generated with checkpoint versions >= n - k (async level 
 producing with the versions they have while the trainer moves on, and files more than k versions
 old are off-policy enough to be left out. Only work a validator accepted is used (`accepted`, or
 `finalized` after the dispute window), so a cheater's rows never reach the gradient. Each file is
-used once; the keys seen are part of the trainer's resumable state. Accepted is not trusted
+used once; the keys seen are part of the trainer's resumable state. A bundle (many files recorded
+as one submission, accepted or invalid as a whole) is a ledger row with `files`: it is expanded
+into one row per file (`expand_files`), so everything below works per file, by its own sha256. Accepted is not trusted
 blindly either: every fetched file goes through `proofpool.trainer.screen` (its hash, schema and values),
 and a file refused there is remembered in the poison list and never fetched again.
 
@@ -146,7 +148,21 @@ class RolloutSource:
 
     def _usable(self) -> Iterable[dict]:
         for status in USABLE_STATUSES:
-            yield from self.ledger.items("submissions", {"pool_id": self.pool_id, "status": status})
+            for row in self.ledger.items("submissions", {"pool_id": self.pool_id, "status": status}):
+                yield from expand_files(row)
+
+
+def expand_files(row: dict) -> list[dict]:
+    """A ledger submission row as one row per rollout file: itself for a `submitWork` submission
+    (`files` absent or null), else one per file of the bundle, in bundle order, with that file's
+    `work_key` and `work_units` and the bundle's key as `bundle_key` (status, node, version and
+    block are the bundle's). The file is in the store under `rollout_key(pool, node, file key)`."""
+    files = row.get("files")
+    if not files:
+        return [row]
+    return [
+        {**row, "work_key": f["work_key"], "work_units": f["work_units"], "bundle_key": row["work_key"]} for f in files
+    ]
 
 
 def apply_judgements(rows: Sequence[RolloutSample], judged: Sequence[JudgedRow]) -> list[RolloutSample]:
@@ -189,6 +205,7 @@ def apply_judgements(rows: Sequence[RolloutSample], judged: Sequence[JudgedRow])
 
 
 def _work_key(row: dict) -> bytes:
+    """The file's sha256: a file row's `work_key` (a bundle's row is expanded first, `expand_files`)."""
     return bytes.fromhex(str(row["work_key"]).removeprefix("0x"))
 
 

@@ -101,7 +101,8 @@ ROLE_ENV = "PROOFPOOL_VALIDATOR_ROLE"
 @worker_ready.connect
 def _on_ready(sender: object = None, **_: object) -> None:
     """Serve metrics; a verdict sender that (re)starts sends what a dead predecessor left unsent;
-    a validate worker starts the decoding forkserver and warms its models up.
+    a validate worker starts the decoding forkserver and warms its models up. Then
+    `proofpool_validator_ready` turns 1 (what the devnet waits for before it starts workers).
 
     Only for workers of this app: the signal is global, and other apps import `TimeLimitedTask`."""
     if getattr(sender, "app", None) is not app:
@@ -115,6 +116,7 @@ def _on_ready(sender: object = None, **_: object) -> None:
         from proofpool.validator.resources import resources
 
         app.send_task(SEND_VERDICTS, queue=verdicts_queue(resources().address))
+        metrics.READY.set(1)
     else:
         from proofpool.validator.checks.decode import start_forkserver
         from proofpool.validator.models import warm_up
@@ -122,3 +124,4 @@ def _on_ready(sender: object = None, **_: object) -> None:
 
         start_forkserver()
         warm_up(resources())
+        metrics.READY.set(1)

@@ -3,6 +3,9 @@
 A verdict's evidence is a canonical JSON document (sorted keys, no spaces): the submission (pool,
 work key, which is the file's sha256), the validator, the verdict and reason code, and what the
 checks found (the rows recomputed, the failing row and its figures, the file-level statistics).
+For a bundle the work key (field `file_sha256`) is the bundle key, and the files' keys are in the
+evidence: a summary per file (`files`) when accepted, the invalid file's `file_key` and
+`file_index` otherwise (`proofpool.validator.checks.bundle`).
 The validator stores it in the object store at `proofpool.infra.storage.evidence_key` before recording
 the verdict, and the transaction carries its sha256: `invalidateWork` and `contestRejection` the
 hash of one document, `attestWork` the sha256 of the batch's document hashes concatenated in the

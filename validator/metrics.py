@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +22,18 @@ VALIDATION_SECONDS = Histogram(
 VALIDATED_TOKENS = Counter("proofpool_validated_tokens_total", "Completion tokens recomputed (TOPLOC + sampling).")
 REVIEWS = Counter("proofpool_reviews_total", "Reviews of other validators' rejections, by outcome.", ["outcome"])
 VERDICT_TXS = Counter("proofpool_verdict_transactions_total", "Verdicts sent on-chain, by kind.", ["kind"])
+STAGE_SECONDS = Histogram(
+    "proofpool_submission_stage_seconds",
+    "Seconds a submission spent in each stage, from its block to its verdict's block "
+    "(indexing, dispatch, queue, checks, verdict_wait, verdict_tx; total: block to verdict block).",
+    ["stage"],
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 1.5, 2, 3, 4, 5, 7.5, 10, 15, 20, 30, 60, 120, 300),
+)
+READY = Gauge(
+    "proofpool_validator_ready",
+    "1 once this worker takes tasks: the validate worker after its decoding child started and its models "
+    "warmed up, the verdict sender at once.",
+)
 TASK_RETRIES = Counter("proofpool_validation_retries_total", "Validation tasks retried, by error.", ["error"])
 
 

@@ -25,6 +25,15 @@ validator (`judge_rows`), and the judgements are stored beside the file
 goes out without them: the trainer trains on those rewards, not the file's. The evidence counts
 the rows whose rewards disagreed and the inconclusive ones.
 
+A bundle (`submitWorkBundle`: one submission, many files) is judged file by file with the same
+checks (`proofpool.validator.checks.bundle`): each file is fetched from its own `rollout_key`, a
+missing one is waited for as above, every file is screened before any is recomputed, and the first
+invalid file is the bundle's verdict (its key and index in the evidence). The selection is the
+bundle key's, for all its files. An accepted bundle claims each file's batch under the bundle key
+(a file resubmitted later, alone or in another bundle, is `duplicate_batch`), and a code pool's
+judgements are stored per file. A training pool takes no bundles (`bundle_not_allowed`): its
+aggregator and its round checks read one file per submission, at the submission's key.
+
 A training pool (model URI `diloco://`, `proofpool.validator.training`) is judged by its own checks
 (`proofpool.validator.checks.update`): its file is the node's pseudo-gradient at `update_key`, the
 selection draws at the share its spec replays (`validation.sample_rate`), and the replay recomputes
@@ -44,6 +53,7 @@ from typing import Final
 
 from proofpool.validator import store
 from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_checks
+from proofpool.validator.checks.bundle import bundle_facts, claim_batches, judge_bundle
 from proofpool.validator.checks.scoring import JudgingTaskset, judge_rows, reproducible_scores
 from proofpool.validator.checks.verdict import reject
 from proofpool.validator.evidence import publish_verdict
@@ -158,7 +168,11 @@ def validate(res: Resources, pool_id: int, work_key: bytes) -> Result:
 
 def first_of_its_batch(conn: Connection, sub: IndexedSubmission, verdict: Verdict) -> Verdict:
     """An accepted file claims its assigned batch (`store.claim_batch`); a second file of the same
-    batch, the same rows in other bytes, is invalidated as `duplicate_batch` instead."""
+    batch, the same rows in other bytes, is invalidated as `duplicate_batch` instead. An accepted
+    bundle claims each of its files' batches under the bundle key (`claim_batches`), in a savepoint
+    that is rolled back if one is taken: an invalid bundle holds no batch."""
+    if sub.files is not None:
+        return _bundle_claims(conn, sub, verdict)
     batch = verdict.evidence.get("batch") if verdict.accepted else None
     if batch is None:
         return verdict
@@ -177,6 +191,8 @@ def judge(
     handed the node batches up to `last_issued` of its version; raises `FileNotYetAvailable` while
     a missing file may still appear."""
     training = training_pool(res, sub.pool_id)
+    if training is not None and sub.files is not None:
+        return reject("bundle_not_allowed", bundle_files=len(sub.files))
     if training is not None:
         key = update_key(sub.pool_id, sub.node, sub.work_key.hex())
         data = fetch_file(res, sub, key, res.settings.upload_max_bytes)
@@ -200,6 +216,8 @@ def judge(
         group_size=assignment.group_size,
         last_issued_batch=last_issued,
     )
+    if sub.files is not None:
+        return judge_files(res, sub, rules, selected)
     data = fetch_file(res, sub, rollout_key(sub.pool_id, sub.node, sub.work_key.hex()), rules.max_file_bytes)
     if isinstance(data, Verdict):
         return data
@@ -215,6 +233,60 @@ def judge(
     return verdict
 
 
+def judge_files(res: Resources, sub: IndexedSubmission, rules: PoolRules, selected: bool) -> Verdict:
+    """The verdict on the bundle `sub` of an RL pool (`judge_bundle`): each file fetched from its own
+    `rollout_key` with the single file's missing-file rule, recomputed in full when the bundle is
+    selected, and for a pool without reproducible scores each file's judgements stored once the
+    whole bundle passed."""
+    assert sub.files is not None
+    files = bundle_facts(sub.pool_id, sub.node, sub.model_version, sub.files)
+
+    def fetch(facts: SubmissionFacts) -> bytes | Verdict:
+        return fetch_file(res, sub, rollout_key(sub.pool_id, sub.node, facts.work_key.hex()), rules.max_file_bytes)
+
+    def accepted(index: int, facts: SubmissionFacts, verdict: Verdict) -> Verdict:
+        data = fetch(facts)  # fetched again: a bundle's files are not all held in memory
+        if isinstance(data, Verdict):
+            return data
+        return record_judgements(res.store, facts, rules.taskset, data, verdict, res.address)
+
+    return judge_bundle(
+        files,
+        fetch,
+        rules,
+        lambda version: res.models.get(sub.pool_id, version),
+        sample_rate=1.0 if selected else 0.0,
+        not_yet=(FileNotYetAvailable,),
+        accepted=None if reproducible_scores(rules.taskset) else accepted,
+    )
+
+
+def _bundle_claims(conn: Connection, sub: IndexedSubmission, verdict: Verdict) -> Verdict:
+    """`first_of_its_batch` for a bundle (see there)."""
+    if not verdict.accepted:
+        return verdict
+
+    def claim(batch: int) -> bytes:
+        return store.claim_batch(conn, sub.pool_id, sub.node, sub.model_version, batch, sub.work_key)
+
+    try:
+        with conn.transaction():  # a savepoint inside the caller's transaction
+            claimed = claim_batches(sub.work_key, sub.model_version, verdict, claim)
+            if not claimed.accepted:
+                raise _ClaimsRolledBack(claimed)
+    except _ClaimsRolledBack as rolled_back:
+        return rolled_back.verdict
+    return claimed
+
+
+class _ClaimsRolledBack(Exception):
+    """Leaves the claims' savepoint with the `duplicate_batch` verdict, rolling the claims back."""
+
+    def __init__(self, verdict: Verdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+
+
 def fetch_file(res: Resources, sub: IndexedSubmission, key: str, max_bytes: int) -> bytes | Verdict:
     """The submitted file at `key`, or the verdict `file_too_large` or `missing`; raises
     `FileNotYetAvailable` while a missing file may still appear (`missing_deadline`)."""
@@ -227,8 +299,7 @@ def fetch_file(res: Resources, sub: IndexedSubmission, key: str, max_bytes: int)
         deadline = missing_deadline(res, sub.pool_id)
         if waited < deadline:
             raise FileNotYetAvailable(
-                f"file 0x{sub.work_key.hex()} not in the store after {waited:.0f} s "
-                f"(judged missing after {deadline:.0f} s)"
+                f"file {key} not in the store after {waited:.0f} s (judged missing after {deadline:.0f} s)"
             ) from None
         return reject("missing", waited_seconds=round(waited, 1))
 

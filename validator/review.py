@@ -1,4 +1,4 @@
-"""Reviewing another validator's rejection: recompute the file in full and contest if it is valid.
+"""Reviewing another validator's rejection: recompute the file (or bundle) in full and contest if it is valid.
 
 A rejection in a pool with a challenge window waits before it slashes. Each validator's verdict
 sender queues a review of every rejection it sees indexed (`proofpool.validator.review_store.to_review`);
@@ -9,7 +9,9 @@ this is what a validation slot does with one:
    whose window has closed, one it contested already.
 2. Judge the file as a fresh submission, recomputing every row (`proofpool.validator.pipeline.judge`). An
    accepted file also claims its assigned batch (`proofpool.validator.pipeline.first_of_its_batch`): a
-   second file of a batch another file holds stays rejected (`duplicate_batch`).
+   second file of a batch another file holds stays rejected (`duplicate_batch`). A rejected bundle
+   goes through the same two calls, so it is recomputed as its first judge did: every file, in
+   bundle order, each file's batch claimed under the bundle key.
 3. Publish the evidence document and record 'contest' (the file is valid) or 'upheld'. The
    verdict sender sends the contest (`proofpool.validator.verdicts`).
 """

@@ -176,7 +176,8 @@ DB_NOW = "SELECT clock_timestamp()"
 _KEYS = "(pool_id, work_key) IN (SELECT * FROM unnest(%(pools)s::bigint[], %(keys)s::bytea[]))"
 
 MARK_SENT = f"""
-    UPDATE validations SET state = 'sent', sent_at = now(), tx_hash = %(tx_hash)s, note = %(note)s
+    UPDATE validations SET state = 'sent', sent_at = now(), tx_hash = %(tx_hash)s, note = %(note)s,
+           send_started_at = to_timestamp(%(send_started)s::float8)
      WHERE state = 'decided' AND {_KEYS}"""
 
 MARK_SUPERSEDED = """
@@ -356,15 +357,25 @@ def _key_arrays(keys: Sequence[Key]) -> dict[str, list[Any]]:
     return {"pools": [k.pool_id for k in keys], "keys": [k.work_key for k in keys]}
 
 
-def mark_sent(conn: Connection, keys: Sequence[Key], tx_hash: bytes | None, *, note: str | None = None) -> int:
+def mark_sent(
+    conn: Connection,
+    keys: Sequence[Key],
+    tx_hash: bytes | None,
+    *,
+    note: str | None = None,
+    send_started: float | None = None,
+) -> int:
     """Mark decided rows as on-chain by our transaction `tx_hash`; returns the rows changed.
 
     `tx_hash` is None when the verdict was found on-chain instead of sent now (our transaction was
     mined before the process died): `note` says so, and the indexer's `verdicts` table has the tx.
+    `send_started` (Unix seconds) is when the transaction was handed to the node, for the stage
+    timings (`proofpool.validator.stages`); None when unknown.
     """
     if not keys:
         return 0
-    return conn.execute(MARK_SENT, {**_key_arrays(keys), "tx_hash": tx_hash, "note": note}).rowcount
+    params = {**_key_arrays(keys), "tx_hash": tx_hash, "note": note, "send_started": send_started}
+    return conn.execute(MARK_SENT, params).rowcount
 
 
 def mark_superseded(conn: Connection, key: Key, why: str) -> bool:

@@ -1,4 +1,5 @@
-"""The submission a validation task is about, as the indexer recorded it from `WorkSubmitted`.
+"""The submission a validation task is about, as the indexer recorded it from `WorkSubmitted`
+(one file) or `WorkBundleSubmitted` (a bundle: its files' keys and units, revision 0010).
 
 Tasks carry only (pool id, work key); the facts are re-read here so a redelivered or late task
 sees the current status, and a task for a key the indexer does not (or no longer, after a
@@ -11,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from psycopg import Connection
-from psycopg.rows import class_row
+from psycopg.rows import dict_row
 
 from proofpool.core.assignment import AssignmentConfig
 from proofpool.core.environment import Environment
@@ -19,7 +20,8 @@ from proofpool.core.errors import ProofpoolError
 from proofpool.envs import pool_assignment as settle_assignment
 
 SELECT_SUBMISSION = """
-    SELECT pool_id, work_key, node, provider, work_units, model_version, status, submitted_at, block_number
+    SELECT pool_id, work_key, node, provider, work_units, model_version, status, submitted_at, block_number,
+           file_keys, file_units
     FROM submissions WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s"""
 
 
@@ -81,12 +83,17 @@ class IndexedSubmission:
     """pending, accepted, rejected, invalid, finalized, forfeited or expired (as indexed)."""
     submitted_at: datetime
     block_number: int
+    files: tuple[tuple[bytes, int], ...] | None = None
+    """A bundle's files, (file key, work units) in bundle order; None for a single file, whose
+    key is `work_key`."""
 
 
 def get_submission(conn: Connection, pool_id: int, work_key: bytes) -> IndexedSubmission:
     """The indexed submission; `SubmissionNotIndexed` if there is none."""
-    with conn.cursor(row_factory=class_row(IndexedSubmission)) as cur:
+    with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(SELECT_SUBMISSION, {"pool_id": pool_id, "work_key": work_key}).fetchone()
     if row is None:
         raise SubmissionNotIndexed(f"submission 0x{work_key.hex()} of pool {pool_id} is not indexed (yet)")
-    return IndexedSubmission(**{**row.__dict__, "work_key": bytes(row.work_key)})
+    keys, units = row.pop("file_keys"), row.pop("file_units")
+    files = None if keys is None else tuple((bytes(k), int(u)) for k, u in zip(keys, units, strict=True))
+    return IndexedSubmission(**{**row, "work_key": bytes(row["work_key"]), "files": files})

@@ -20,7 +20,7 @@ import psycopg
 import redis
 import requests
 from celery import Task
-from proofpool.validator import metrics, review_store
+from proofpool.validator import metrics, review_store, stages
 from proofpool.validator.celery_app import TimeLimitedTask, app
 from proofpool.validator.models import ModelUnavailable
 from proofpool.validator.pipeline import FileNotYetAvailable, HeldByAnother, Outcome, validate
@@ -80,9 +80,11 @@ def validate_submission(self: Task, pool_id: int, work_key: str) -> None:
         "" if verdict is None or verdict.reason is None else verdict.reason,
     ).inc()
     if result.outcome is Outcome.DECIDED and verdict is not None:
+        app.send_task(SEND_VERDICTS, queue=verdicts_queue(resources().address))
         metrics.VALIDATION_SECONDS.observe(result.seconds)
         metrics.VALIDATED_TOKENS.inc(verdict.checked_tokens)
-        app.send_task(SEND_VERDICTS, queue=verdicts_queue(resources().address))
+        with resources().connection() as conn:
+            stages.observe_decided(conn, pool_id, key)
 
 
 @app.task(name=REVIEW_REJECTION, **JUDGING_TASK)

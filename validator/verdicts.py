@@ -21,12 +21,13 @@ See docs/validator-verdicts.md for the whole argument and every failure case.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import requests
-from proofpool.validator import review_store, store
+from proofpool.validator import review_store, stages, store
 from proofpool.validator.evidence import batch_evidence_sha256
 from proofpool.validator.review_store import Review
 from proofpool.validator.store import DueRow, Key, SentRejection, VerdictKind
@@ -296,7 +297,8 @@ class _Flush:
             if not pending:
                 return
             try:
-                self.sent(pending, send(pending))
+                started = time.time()
+                self.sent(pending, send(pending), started)
                 return
             except ContractRevert as revert:
                 self._log_refusal(pending, revert)
@@ -307,7 +309,8 @@ class _Flush:
             return
         for row in pending:
             try:
-                self.sent([row], send([row]))
+                started = time.time()
+                self.sent([row], send([row]), started)
             except ContractRevert as revert:
                 self._log_refusal([row], revert)
                 if self.settle([row]):
@@ -342,10 +345,10 @@ class _Flush:
             self._count("superseded", [row])
             log.info("verdict superseded", extra=fields)
 
-    def sent(self, rows: Sequence[DueRow], receipt: TxReceipt) -> None:
-        """Commit `rows` as sent by `receipt`'s transaction (before anything else is sent). Keys the
-        contract skipped (`WorkSkipped`: judged by another transaction between our read and the
-        send) are settled from their on-chain status instead."""
+    def sent(self, rows: Sequence[DueRow], receipt: TxReceipt, started: float | None = None) -> None:
+        """Commit `rows` as sent by `receipt`'s transaction (before anything else is sent), sent at
+        `started` (Unix seconds). Keys the contract skipped (`WorkSkipped`: judged by another
+        transaction between our read and the send) are settled from their on-chain status instead."""
         skipped = {bytes(e.args["workKey"]) for e in self.client.pool.events(receipt) if e.name == "WorkSkipped"}
         if skipped:
             self.settle([row for row in rows if row.work_key in skipped])
@@ -354,13 +357,25 @@ class _Flush:
                 return
         tx_hash = bytes(receipt["transactionHash"])
         with self.conn.transaction():
-            store.mark_sent(self.conn, [row.key for row in rows], tx_hash)
+            store.mark_sent(self.conn, [row.key for row in rows], tx_hash, send_started=started)
+        self._observe_stages(rows, receipt)
         kind = "invalidated" if rows[0].verdict == "invalid" else "attested"
         self._count(kind, rows)
         extra = _fields(rows[0], self.me, tx="0x" + tx_hash.hex(), count=len(rows))
         if len(rows) > 1:
             extra["work_key"] = ",".join("0x" + row.work_key.hex() for row in rows)
         log.info(f"work {kind}", extra=extra)
+
+    def _observe_stages(self, rows: Sequence[DueRow], receipt: TxReceipt) -> None:
+        """Export the verdict stages of `rows` (`proofpool.validator.stages`); the rows are committed
+        as sent already, so a failure here only costs the metric."""
+        try:
+            block_time = float(self.client.w3.eth.get_block(receipt["blockNumber"])["timestamp"])
+        except SEND_FAILURES as exc:
+            log.warning("verdict block time not read: %s", exc)
+            return
+        with self.conn.transaction():  # leaves the connection idle, as the flush needs it
+            stages.observe_sent(self.conn, [(row.pool_id, row.work_key) for row in rows], block_time)
 
     def failed(self, rows: Sequence[DueRow], error: str) -> None:
         """Leave `rows` decided with `error` recorded; a later flush tries them again."""

@@ -10,6 +10,15 @@ generated again: it was never uploaded or submitted) or a row whose file it stil
 A batch with a row is never generated again, so the same assignment never yields two
 submissions; the submit step itself checks the chain before sending (see `proofpool.worker.submit`).
 
+Before a file is sent, its row records the on-chain submission it is planned into (`submission`):
+its own work key for a lone `submitWork`, or the key of a bundle (`submitWorkBundle`, many files
+in one transaction). The plan never changes once recorded: a restarted worker sends the file only
+under that key again (the same files, so the same bundle key), and the chain's duplicate-key check
+then makes a second mined submission of the file impossible. Were a file planned into another
+bundle after a crash, the first transaction could still be mined and the file would count twice
+(validators judge that a duplicate batch and slash). The files of a bundle are its rows with that
+`submission`, in key order (the contract's canonical order), and change state together.
+
 Each entry remembers its file's suffix (`parquet` for a rollout file, `safetensors` for a
 training pool's update file), so one state directory can hold a node's files of both kinds of pool.
 
@@ -23,6 +32,8 @@ import os
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -63,10 +74,16 @@ CREATE TABLE IF NOT EXISTS batches (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     suffix TEXT NOT NULL DEFAULT 'parquet',
+    submission TEXT,
     PRIMARY KEY (pool_id, version, batch)
 )"""
 SUFFIX_COLUMN = "ALTER TABLE batches ADD COLUMN suffix TEXT NOT NULL DEFAULT 'parquet'"
 """Journals written before training pools lack the column; every file they hold is a rollout file."""
+SUBMISSION_COLUMN = "ALTER TABLE batches ADD COLUMN submission TEXT"
+"""Journals written before bundles lack the column."""
+SUBMISSION_BACKFILL = "UPDATE batches SET submission = work_key WHERE state = 'uploaded' AND submission IS NULL"
+"""An uploaded file of a journal written before bundles may have been sent alone already: it stays
+planned as a lone `submitWork` (never put into a bundle)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +101,14 @@ class JournalEntry:
     error: str | None
     suffix: str = ROLLOUT_SUFFIX
     """The file's suffix: `parquet` (a rollout file) or `safetensors` (a training pool's update file)."""
+    submission: bytes | None = None
+    """The key of the on-chain submission the file is planned into: its own work key (a lone
+    `submitWork`), a bundle key, or None while it was never sent (see the module docstring)."""
+
+    @property
+    def bundled(self) -> bool:
+        """Planned into a bundle (`submitWorkBundle`) rather than sent alone."""
+        return self.submission is not None and self.submission != self.work_key
 
 
 class Journal:
@@ -101,6 +126,10 @@ class Journal:
         columns = {row[1] for row in self._db.execute("PRAGMA table_info(batches)")}
         if "suffix" not in columns:
             self._db.execute(SUFFIX_COLUMN)
+        if "submission" not in columns:
+            with self._transaction():
+                self._db.execute(SUBMISSION_COLUMN)
+                self._db.execute(SUBMISSION_BACKFILL)
 
     def close(self) -> None:
         self._db.close()
@@ -168,6 +197,63 @@ class Journal:
         assert updated is not None
         return updated
 
+    def set_states(
+        self,
+        entries: Sequence[JournalEntry],
+        state: BatchState,
+        *,
+        tx_hash: str | None = None,
+        error: str | None = None,
+    ) -> list[JournalEntry]:
+        """`set_state` for every file of one submission, in one transaction: a bundle's files move together."""
+        now = time.time()
+        with self._lock, self._transaction():
+            for entry in entries:
+                self._db.execute(
+                    "UPDATE batches SET state = ?, tx_hash = COALESCE(?, tx_hash), error = ?, updated_at = ?"
+                    " WHERE pool_id = ? AND version = ? AND batch = ?",
+                    (state.value, tx_hash, error, now, entry.pool_id, entry.version, entry.batch),
+                )
+        if state is BatchState.SUBMITTED:
+            for entry in entries:
+                self.file_path(entry.work_key, entry.suffix).unlink(missing_ok=True)
+        return [self._reread(entry) for entry in entries]
+
+    def plan(self, entries: Sequence[JournalEntry], submission: bytes) -> list[JournalEntry]:
+        """Record that `entries` are sent as the on-chain submission `submission` (before it is sent).
+
+        Raises ValueError, recording nothing, if one of them is planned into another submission already
+        (a plan never changes: see the module docstring)."""
+        with self._lock, self._transaction():
+            for entry in entries:
+                row = self._db.execute(
+                    "SELECT submission FROM batches WHERE pool_id = ? AND version = ? AND batch = ?",
+                    (entry.pool_id, entry.version, entry.batch),
+                ).fetchone()
+                if row is None:
+                    raise ValueError(f"batch {entry.batch} of v{entry.version} is not journaled")
+                if row[0] is not None and row[0] != submission.hex():
+                    raise ValueError(
+                        f"batch {entry.batch} of v{entry.version} is planned into submission 0x{row[0]} already"
+                    )
+                self._db.execute(
+                    "UPDATE batches SET submission = ?, updated_at = ? WHERE pool_id = ? AND version = ? AND batch = ?",
+                    (submission.hex(), time.time(), entry.pool_id, entry.version, entry.batch),
+                )
+        return [self._reread(entry) for entry in entries]
+
+    def planned(self, pool_id: int, submission: bytes) -> list[JournalEntry]:
+        """The pool's files planned into `submission` that are not on-chain yet, in key order (a
+        bundle's canonical order)."""
+        marks = ",".join("?" * len(PENDING_STATES))
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_COLUMNS} FROM batches WHERE pool_id = ? AND submission = ? AND state IN ({marks})"
+                " ORDER BY work_key",
+                (pool_id, submission.hex(), *(s.value for s in PENDING_STATES)),
+            ).fetchall()
+        return [_entry(r) for r in rows]
+
     def mark_reported(self, entry: JournalEntry) -> None:
         """Remember that the backend took the report of `entry` (any state)."""
         with self._lock:
@@ -205,9 +291,29 @@ class Journal:
             ).fetchall()
         return [_entry(r) for r in rows]
 
+    def refreshed(self, entry: JournalEntry) -> JournalEntry:
+        """`entry` as the journal has it now (another step may have moved it on since it was read)."""
+        return self._reread(entry)
+
     def entries(self, pool_id: int) -> list[JournalEntry]:
         """Every entry of the pool, oldest first."""
         return self.in_state(pool_id, *BatchState)
+
+    def _reread(self, entry: JournalEntry) -> JournalEntry:
+        updated = self.get(entry.pool_id, entry.version, entry.batch)
+        assert updated is not None, "journal rows are never deleted"
+        return updated
+
+    @contextmanager
+    def _transaction(self) -> Iterator[None]:
+        """One SQLite transaction (the connection is in autocommit mode otherwise); callers hold the lock."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
     def remove_orphans(self) -> int:
         """Delete files no journal row needs (a crash between writing a file and journaling it)."""
@@ -228,14 +334,15 @@ class Journal:
         return removed
 
 
-_COLUMNS = "pool_id, version, batch, work_key, work_units, samples, state, reported, tx_hash, error, suffix"
+_COLUMNS = "pool_id, version, batch, work_key, work_units, samples, state, reported, tx_hash, error, suffix, submission"
 
 
 def _entry(row: tuple) -> JournalEntry:
-    pool_id, version, batch, work_key, units, samples, state, reported, tx_hash, error, suffix = row
+    pool_id, version, batch, work_key, units, samples, state, reported, tx_hash, error, suffix, submission = row
     key = bytes.fromhex(work_key)
+    planned = None if submission is None else bytes.fromhex(submission)
     return JournalEntry(
-        pool_id, version, batch, key, units, samples, BatchState(state), bool(reported), tx_hash, error, suffix
+        pool_id, version, batch, key, units, samples, BatchState(state), bool(reported), tx_hash, error, suffix, planned
     )
 
 

@@ -10,7 +10,9 @@ unless told to wait for its provider). Then it loops, one assignment per turn:
 3. generate the batch, prove, score, write the Parquet file, journal it (durable first);
 4. hand the journaled batch to the submitter thread, which uploads it through a presigned URL
    and sends `submitWork` with the node key (each retried) while the loop already generates the
-   next batch: network time overlaps generation instead of adding to it;
+   next batch: network time overlaps generation instead of adding to it. Batches that were
+   waiting for the submitter together (the chain or the store lagged) go out as one
+   `submitWorkBundle` per (pool, version), at most `max_bundle` files each;
 5. send the next heartbeat (reporting this batch) in the background and, while it travels,
    generate the batch it should assign, the next of the same checkpoint: kept if the answer
    assigns exactly that, dropped if not (`proofpool.worker.lookahead`).
@@ -35,7 +37,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence, Set
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -52,7 +54,17 @@ from proofpool.worker.models import EngineSlot, ModelResolver, Unservable
 from proofpool.worker.retry import Backoff, Stopped, is_transient, retry, sleep_unless_stopped
 from proofpool.worker.rollout import RolloutFile, generate_rollout_file
 from proofpool.worker.strategy import Honest, RolloutStrategy
-from proofpool.worker.submit import SubmitRefused, stale_reason, submit, upload
+from proofpool.worker.submit import (
+    DEFAULT_MAX_BUNDLE,
+    Bundle,
+    SubmitRefused,
+    Submitted,
+    group_waiting,
+    stale_reason,
+    submit,
+    submit_bundle,
+    upload,
+)
 
 from proofpool.core.environment import Environment, Taskset
 from proofpool.core.errors import ProofpoolError
@@ -114,6 +126,8 @@ class WorkerConfig:
     """Seconds between heartbeats while there is no work; None: the backend's heartbeat interval."""
     async_window: int = 2
     """The validators' version window: a journaled batch older than latest - window is not submitted."""
+    max_bundle: int = DEFAULT_MAX_BUNDLE
+    """Files sent together as one `submitWorkBundle` at most (those already waiting); 1: always `submitWork`."""
     backoff: Backoff = field(default_factory=Backoff)
     join_index_timeout: float = JOIN_INDEX_TIMEOUT
     """Seconds the backend may answer as if the node had not (re)joined before the worker gives up."""
@@ -309,9 +323,11 @@ class WorkerNode:
         removed = self.journal.remove_orphans()
         if removed:
             log.info("removed %d orphaned file(s)", removed, extra=self._context())
-        for entry in self.journal.in_state(self.config.pool_id, *PENDING_STATES):
+        pending = self.journal.in_state(self.config.pool_id, *PENDING_STATES)
+        for entry in pending:
             self.console.say(f"resuming batch {entry.batch} of v{entry.version} ({entry.state.value})")
-            self.finish(entry)
+        if pending:
+            self.finish_all([(entry, False) for entry in pending])
         unreported = self.journal.unreported(self.config.pool_id)
         if unreported and not self.training:  # a training pool's heartbeat reports no batches
             self._to_report = unreported[-1]
@@ -469,20 +485,118 @@ class WorkerNode:
 
     def send(self, entry: JournalEntry, fresh: bool = False) -> JournalEntry:
         """`submitWork` for an uploaded entry (`proofpool.worker.submit.submit`); abandons it
-        (keeping the file) if the chain refuses or its version left the window."""
+        (keeping the file) if the chain refuses or its version left the window. An entry planned
+        into a bundle before (a restart) goes out as that whole bundle (`send_all`)."""
+        done = self.send_all([entry], frozenset({entry.work_key}) if fresh else frozenset())
+        return next((d for d in done if d.work_key == entry.work_key), None) or self.journal.refreshed(entry)
+
+    def finish_all(self, waiting: Sequence[tuple[JournalEntry, bool]]) -> list[JournalEntry]:
+        """`finish` for batches waiting together, each (entry, fresh): every file is uploaded first,
+        then those of one (pool, on-chain version) go out as one `submitWorkBundle` (at most
+        `max_bundle` files; one file: `submitWork`). Returns the entries it moved on (submitted or
+        abandoned), those of files a restored bundle brought along included.
+
+        Entries are re-read from the journal first and skipped unless still pending (one queued twice
+        may be on-chain by now); a file already planned into a submission is sent only as that whole
+        submission (the journal's rule)."""
+        window = self._window()
+        uploaded: list[JournalEntry] = []
+        done: list[JournalEntry] = []
+        fresh_keys: set[bytes] = set()
+        for given, fresh in waiting:
+            entry = self.journal.refreshed(given)
+            if entry.state not in PENDING_STATES:
+                continue
+            if window is not None and not fresh and entry.submission is None:
+                stale = self._chain(lambda e=entry: stale_reason(self.client, e, window), "staleness")
+                if stale is not None:
+                    done.append(self._abandon(entry, stale))
+                    continue
+            uploaded.append(self.store_file(entry))
+            if fresh:
+                fresh_keys.add(entry.work_key)
+        return done + self.send_all(uploaded, fresh_keys)
+
+    def send_all(self, entries: Sequence[JournalEntry], fresh_keys: Set[bytes] = frozenset()) -> list[JournalEntry]:
+        """Submit uploaded `entries` and return them moved on: those planned before as their recorded
+        submission (the whole of it), the others grouped (`group_waiting`; a file of no work units
+        alone, as the chain refuses it in a bundle) and planned in the journal before they are sent.
+        A submission is looked up on-chain before its first send unless all its files are in
+        `fresh_keys` (generated by this process) and it was planned just now."""
+        done: list[JournalEntry] = []
+        handled: set[bytes] = set()
+        unplanned: list[JournalEntry] = []
+        for entry in entries:
+            if entry.work_key in handled:
+                continue
+            if entry.submission is None:
+                unplanned.append(entry)
+                continue
+            files = self.journal.planned(entry.pool_id, entry.submission)
+            if not files:  # on-chain or abandoned since it was read
+                continue
+            handled.update(e.work_key for e in files)
+            done += self._send_planned(entry.submission, files, look_up=True)
+        limit = 1 if self.training else self.config.max_bundle
+        for group in group_waiting(unplanned, limit, self._kind):
+            if len(group) > 1 and any(e.work_units <= 0 for e in group):
+                group, empty = [e for e in group if e.work_units > 0], [e for e in group if e.work_units <= 0]
+                for entry in empty:  # submitWork refuses it too; abandoned after its retries, as ever
+                    done += self._send_planned(entry.work_key, self.journal.plan([entry], entry.work_key), True)
+                if not group:
+                    continue
+            look_up = any(e.work_key not in fresh_keys for e in group)
+            key = group[0].work_key if len(group) == 1 else self._bundle(group).key
+            done += self._send_planned(key, self.journal.plan(group, key), look_up)
+        return done
+
+    def _send_planned(self, key: bytes, files: Sequence[JournalEntry], look_up: bool) -> list[JournalEntry]:
+        """Send the submission `key` the journal planned `files` into (their own key: `submitWork`;
+        a bundle key: `submitWorkBundle`); record them submitted, or abandon them all (files kept)
+        when the chain refuses, the version left the window, or the files no longer make that key."""
+        backoff, window = self.config.backoff, self._window()
         try:
-            sent = submit(
-                self.client,
-                self.strategy.on_chain(entry),
-                self.stop,
-                self.config.backoff,
-                self._window(),
-                fresh=fresh,
-            )
+            if len(files) == 1 and files[0].work_key == key:
+                entry = files[0]
+                sent = submit(self.client, self.strategy.on_chain(entry), self.stop, backoff, window, fresh=not look_up)
+            else:
+                bundle = self._bundle(files)
+                if bundle.key != key:
+                    return self._abandon_all(
+                        files, key, f"the journal's files of bundle 0x{key.hex()} make key 0x{bundle.key.hex()}"
+                    )
+                sent = submit_bundle(self.client, bundle, self.stop, backoff, window, fresh=not look_up)
         except SubmitRefused as refused:
-            return self._abandon(entry, str(refused))
-        log.info("submitted", extra={**self._context(entry), "tx": sent.tx_hash, "units": entry.work_units})
-        return self.journal.set_state(entry, BatchState.SUBMITTED, tx_hash=sent.tx_hash)
+            return self._abandon_all(files, key, str(refused))
+        self._log_submitted(key, files, sent)
+        return self.journal.set_states(files, BatchState.SUBMITTED, tx_hash=sent.tx_hash)
+
+    def _bundle(self, files: Sequence[JournalEntry]) -> Bundle:
+        """The bundle of `files` as the chain gets them (the strategy's `on_chain` view of each)."""
+        return Bundle.of([self.strategy.on_chain(e) for e in files])
+
+    def _kind(self, entry: JournalEntry) -> tuple[int, int]:
+        """What files must share to go out together: the pool and the model version claimed on-chain."""
+        return entry.pool_id, self.strategy.on_chain(entry).version
+
+    def _log_submitted(self, key: bytes, files: Sequence[JournalEntry], sent: Submitted) -> None:
+        first = files[0]
+        context = {
+            **self._context(first),
+            "work_key": "0x" + key.hex(),
+            "files": len(files),
+            "batches": ",".join(str(e.batch) for e in files),
+            "tx": sent.tx_hash,
+            "units": sum(e.work_units for e in files),
+        }
+        if len(files) == 1:
+            log.info("submitted", extra=context)
+            return
+        log.info("submitted a bundle of %d files as 0x%s", len(files), key.hex(), extra=context)
+        sent_as = f"tx {sent.tx_hash[:12]}…" if sent.tx_hash else "already on-chain"
+        self.console.say(
+            f"bundle of {len(files)} files (batches {context['batches']}) as 0x{key.hex()[:10]}… {sent_as}"
+        )
 
     # --- helpers ----------------------------------------------------------------------------
 
@@ -490,6 +604,16 @@ class WorkerNode:
         log.error("submission abandoned: %s", why, extra=self._context(entry))
         self.console.say(f"[red]batch {entry.batch} abandoned[/red]: {why}")
         return self.journal.set_state(entry, BatchState.ABANDONED, error=why)
+
+    def _abandon_all(self, files: Sequence[JournalEntry], key: bytes, why: str) -> list[JournalEntry]:
+        """Abandon every file of the submission `key` together (a bundle is sent whole or not at all)."""
+        if len(files) == 1:
+            return [self._abandon(files[0], why)]
+        batches = ", ".join(str(e.batch) for e in files)
+        extra = {**self._context(files[0]), "work_key": "0x" + key.hex(), "files": len(files)}
+        log.error("bundle of %d files abandoned: %s", len(files), why, extra=extra)
+        self.console.say(f"[red]batches {batches} (bundle 0x{key.hex()[:10]}…) abandoned[/red]: {why}")
+        return self.journal.set_states(files, BatchState.ABANDONED, error=why)
 
     def skip(self, version: int, batch: int, problem: Unservable) -> None:
         """Give up on checkpoint `version` (batch `batch`) and report why in the next heartbeat."""
@@ -538,7 +662,12 @@ class WorkerNode:
 
 
 class Submitter:
-    """The thread that uploads and submits journaled batches, one at a time, in order.
+    """The thread that uploads and submits journaled batches, in order.
+
+    It takes the next batch and, unless `max_bundle` is 1, every batch already waiting behind it
+    (`WorkerNode.finish_all`: uploaded, then one `submitWorkBundle` per pool and version). Nothing
+    waits for company: a batch alone in the queue goes out at once as `submitWork`; bundles form
+    only when batches pile up while the chain, the store or the submitter lags.
 
     Its queue holds at most `QUEUE_DEPTH` batches: when uploads stall, generation stops after a
     couple of batches instead of piling files up. A failure that is not transient (a bug, a store
@@ -595,27 +724,49 @@ class Submitter:
         node = self._node
         while True:
             try:
-                entry, seconds = self._queue.get(timeout=0.2)
+                first = self._queue.get(timeout=0.2)
             except queue.Empty:
                 if self._closing.is_set():  # set by `drain`, after the loop queued its last batch
                     return
                 continue
+            waiting = [first, *self._waiting()]
             try:
-                done = node.finish(entry, fresh=seconds is not None)
+                done = node.finish_all([(entry, seconds is not None) for entry, seconds in waiting])
             except Stopped:
-                return  # the file stays journaled: the next start submits it
+                return  # the files stay journaled: the next start submits them
             except BaseException as exc:  # noqa: BLE001 - handed to the worker loop, which raises it
                 self._failure = exc
                 return
             finally:
                 with self._lock:
-                    self._in_flight.discard(entry.work_key)
-            if done.state is BatchState.SUBMITTED:
+                    self._in_flight.difference_update(entry.work_key for entry, _ in waiting)
+            generated = {entry.work_key: seconds for entry, seconds in waiting}
+            for entry in done:
+                if entry.state is not BatchState.SUBMITTED:
+                    continue
                 node.submitted += 1
+                seconds = generated.get(entry.work_key)
                 if seconds is not None:
                     node.console.batch_done(
-                        done.pool_id, done.batch, done.samples, done.work_units, seconds, done.work_key, done.tx_hash
+                        entry.pool_id,
+                        entry.batch,
+                        entry.samples,
+                        entry.work_units,
+                        seconds,
+                        entry.work_key,
+                        entry.tx_hash,
                     )
+
+    def _waiting(self) -> list[tuple[JournalEntry, float | None]]:
+        """The batches queued right now, without waiting for more (none when bundling is off)."""
+        if self._node.config.max_bundle <= 1:
+            return []
+        taken: list[tuple[JournalEntry, float | None]] = []
+        while True:
+            try:
+                taken.append(self._queue.get_nowait())
+            except queue.Empty:
+                return taken
 
 
 def _environment_of(pool: PoolInfo) -> Environment:

@@ -14,6 +14,7 @@ from proofpool.backend.db import nodes as nodes_db
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool
 from redis.asyncio import Redis
+from starlette.datastructures import State
 
 from proofpool.core.auth.signed_request import Deployment, SignedHeaders, request_target, verify_request
 from proofpool.core.errors import ConfigError
@@ -77,12 +78,17 @@ async def signing_deployment(request: Request) -> Deployment:
     """The deployment signed requests must be made for: `api_chain_id` + `api_pool_contract`
     when set, else the chain the indexer follows and its ComputePool from the address book (what
     invites are signed for). Resolved once per process; 503 `chain_unknown` until it can be."""
-    deployment: Deployment | None = getattr(request.app.state, "deployment", None)
+    return await deployment_of(request.app.state)
+
+
+async def deployment_of(state: State) -> Deployment:
+    """`signing_deployment` for the app whose `state` this is (routes without a `Request`)."""
+    deployment: Deployment | None = getattr(state, "deployment", None)
     if deployment is not None:
         return deployment
-    settings: Settings = request.app.state.settings
-    deployment = await resolve_deployment(settings, request.app.state.db)
-    request.app.state.deployment = deployment
+    settings: Settings = state.settings
+    deployment = await resolve_deployment(settings, state.db)
+    state.deployment = deployment
     log.info("signed requests are bound to %s", deployment.describe())
     return deployment
 

@@ -95,11 +95,13 @@ def _csv_response(listing: Listing, page: ledger.Page[Any]) -> Response:
 
 
 def csv_cell(value: Any) -> str:
-    """One JSON value as a CSV cell."""
+    """One JSON value as a CSV cell; a list or object (a bundle's files) as compact JSON text."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"))
     return str(value)
 
 
@@ -143,9 +145,10 @@ for _listing in LISTINGS.values():
 async def get_submission(
     conn: Conn,
     pool_id: Annotated[Bigint, Path(description="Pool id.")],
-    work_key: Annotated[WorkKey, Path(description="sha256 of the rollout file, 0x-hex.")],
+    work_key: Annotated[WorkKey, Path(description="sha256 of the rollout file, or a bundle's key, 0x-hex.")],
 ) -> Any:
-    """One submission with its verdicts (and reason codes), slash and the credits paid for it."""
+    """One submission with its verdicts (and reason codes), slash and the credits paid for it; a
+    bundle's files are in `submission.files`."""
     detail = await ledger.fetch_submission(conn, pool_id, work_key)
     if detail is None:
         log.info("ledger lookup of unknown submission", extra={"pool_id": pool_id, "work_key": work_key})

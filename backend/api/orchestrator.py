@@ -135,7 +135,8 @@ async def heartbeat(
     settings: SettingsDep,
     body: Annotated[HeartbeatIn | None, Body()] = None,
 ) -> Response:
-    """Record that the signing node is alive and return its state and assignment."""
+    """Record that the signing node is alive and return its state and assignment. Documents the route;
+    ordinary heartbeats are answered by `heartbeat_route`, which hands this handler the rest."""
     body = body or HeartbeatIn()
     completed = None
     if body.completed is not None:

@@ -8,8 +8,9 @@ Every list is ordered by a unique, indexed key and continued from an opaque curs
 last row served (`WHERE key > cursor ORDER BY key LIMIT n`), never by OFFSET, so page 10,000 of
 a million submissions costs what page 1 costs.
 
-This module is the only place where database types become API types: BYTEA -> 0x-hex and
-NUMERIC(78,0) -> decimal string happen in SQL here; the work key of a lookup goes hex -> bytes here.
+This module is the only place where database types become API types: BYTEA -> 0x-hex,
+NUMERIC(78,0) -> decimal string and a bundle's file arrays -> a JSON list happen in SQL here; the
+work key of a lookup goes hex -> bytes here.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import class_row
 from psycopg.types.datetime import TimestamptzLoader
 from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict
 
 from proofpool.core.ledger_listings import (
     LISTINGS,
@@ -71,7 +73,14 @@ class _Sql:
     """The row type (psycopg builds it by field name, pydantic serializes and documents it)."""
 
 
-_PYTHON_TYPES: dict[Kind, type] = {
+class BundleFile(TypedDict):
+    """One rollout file of a bundled submission."""
+
+    work_key: Annotated[str, Field(description="sha256 of the rollout file (0x-hex): where the file is stored.")]
+    work_units: Annotated[int, Field(description="Work units of this file.")]
+
+
+_PYTHON_TYPES: dict[Kind, Any] = {
     Kind.ADDRESS: str,
     Kind.AMOUNT: str,
     Kind.UINT256: str,
@@ -80,6 +89,7 @@ _PYTHON_TYPES: dict[Kind, type] = {
     Kind.TEXT: str,
     Kind.TIMESTAMP: datetime,
     Kind.HASH: str,
+    Kind.FILES: list[BundleFile],
 }
 
 
@@ -89,8 +99,18 @@ def _field_type(column: Column) -> Any:
     return Annotated[base | None if column.nullable else base, Field(description=column.doc)]
 
 
+# A bundle's files as JSON in bundle order: the keys hex-encoded in order, then zipped with their
+# units by one unnest, whose rows json_agg takes as one function scan returns them (in array order).
+# NULL arrays (a single-file submission) unnest to no rows, and json_agg of no rows is NULL.
+_FILES_SQL = """(SELECT json_agg(bundle_file) FROM unnest(
+            ARRAY(SELECT '0x' || encode(f.key, 'hex') FROM unnest(file_keys) WITH ORDINALITY AS f(key, position)
+                  ORDER BY f.position), file_units) AS bundle_file(work_key, work_units))"""
+
+
 def _selected(column: Column) -> str:
     """The column's select expression, converted to its API form and aliased to its name."""
+    if column.kind is Kind.FILES:
+        return f"{_FILES_SQL} AS {column.name}"
     if column.kind is Kind.HASH:
         return f"'0x' || encode({column.name}, 'hex') AS {column.name}"  # NULL stays NULL
     if column.kind in (Kind.AMOUNT, Kind.UINT256):

@@ -351,17 +351,20 @@ async def advance_batch(conn: AsyncConnection, pool_id: int, node: str, version:
     return (await cur.fetchone()) is not None
 
 
+# A bundle's row stands for all of its files (revision 0010): it counts cardinality(file_keys);
+# a submitWork row (file_keys NULL) counts one.
 COUNT_SUBMITTED = """
-    SELECT count(*) FROM submissions
+    SELECT COALESCE(sum(COALESCE(cardinality(file_keys), 1)), 0) FROM submissions
     WHERE pool_id = %(pool_id)s AND node = %(node)s AND model_version = %(version)s"""
 
 
 async def submitted_files(conn: AsyncConnection, pool_id: int, node: str, version: int) -> int:
     """Files `node` submitted on-chain to `pool_id` claiming checkpoint `version`, whatever their
-    verdict (a rejected file was slashed: that is its price, not a way around answering)."""
+    verdict (a rejected file was slashed: that is its price, not a way around answering). A
+    bundle counts its files, so batching submissions never lets a node skip batches."""
     cur = await conn.execute(COUNT_SUBMITTED, {"pool_id": pool_id, "node": node, "version": version})
     row = await cur.fetchone()
-    assert row is not None  # count(*) always returns a row
+    assert row is not None  # an aggregate always returns a row
     return int(row[0])
 
 

@@ -146,6 +146,15 @@ WORK_SUBMITTED = """
             %(time)s, %(block)s, %(tx)s, %(log)s)
     ON CONFLICT (pool_id, work_key) DO NOTHING"""
 
+# A bundle (submitWorkBundle) is one submission row like any other: work_key is the bundle key,
+# work_units the sum of the files' units; its files are kept in event order (revision 0010).
+WORK_BUNDLE_SUBMITTED = """
+    INSERT INTO submissions (pool_id, work_key, node, provider, work_units, model_version, status, submitted_at,
+                             block_number, tx_hash, log_index, file_keys, file_units)
+    VALUES (%(pool_id)s, %(work_key)s, %(node)s, %(provider)s, %(work_units)s, %(model_version)s, 'pending',
+            %(time)s, %(block)s, %(tx)s, %(log)s, %(file_keys)s::bytea[], %(file_units)s::bigint[])
+    ON CONFLICT (pool_id, work_key) DO NOTHING"""
+
 # A submission keeps the position of its WorkSubmitted log for good (stable ledger pages and
 # time windows); the log that last changed its status is recorded beside it.
 WORK_STATUS = """

@@ -1,13 +1,15 @@
 """Validator state that a reorg leaves dangling: the `batch_claims` (revision 0005) and
-`validations` (revision 0004) rows of submissions whose `WorkSubmitted` the reorg removed, and the
-`reviews` (revision 0008) of rejections the reorg removed.
+`validations` (revision 0004) rows of submissions whose `WorkSubmitted` (or, for a bundle,
+`WorkBundleSubmitted`) the reorg removed, and the `reviews` (revision 0008) of rejections the
+reorg removed.
 
 Neither table is a chain projection (no block_number, not rebuilt from events), so the rollback
 of the chain tables does not reach them. Left in place, a removed submission's batch claim makes
 the node's re-submitted file of that batch a `duplicate_batch`, and its decided or sent
 validation row makes the validators skip the submission should the same transaction be mined
 again (its verdict transaction is gone with the reorg). Deleting both returns the submission to
-"never seen": if it comes back, it is dispatched and judged afresh.
+"never seen": if it comes back, it is dispatched and judged afresh. A bundle's batch claims are
+found under its bundle key or under any of its file keys, whichever the validator claimed with.
 
 Called by `proofpool.backend.indexer.reorg.roll_back` before the raw events are deleted, in its transaction.
 """
@@ -23,9 +25,15 @@ DELETE_VALIDATOR_STATE_FROM = """
         SELECT (args->>'poolId')::numeric::bigint AS pool_id,
                decode(substr(args->>'workKey', 3), 'hex') AS work_key
           FROM chain_events
-         WHERE block_number >= %(block)s AND name = 'WorkSubmitted'
+         WHERE block_number >= %(block)s AND name IN ('WorkSubmitted', 'WorkBundleSubmitted')
+    ), claimed_keys AS (
+        SELECT pool_id, work_key FROM removed
+        UNION
+        SELECT (e.args->>'poolId')::numeric::bigint, decode(substr(f.key, 3), 'hex')
+          FROM chain_events e CROSS JOIN LATERAL jsonb_array_elements_text(e.args->'fileKeys') AS f(key)
+         WHERE e.block_number >= %(block)s AND e.name = 'WorkBundleSubmitted'
     ), claims AS (
-        DELETE FROM batch_claims c USING removed r
+        DELETE FROM batch_claims c USING claimed_keys r
          WHERE c.pool_id = r.pool_id AND c.work_key = r.work_key
         RETURNING 1
     ), decisions AS (

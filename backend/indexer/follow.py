@@ -2,7 +2,8 @@
 
 Per range `[next_block, min(next_block + batch - 1, head - confirmations)]`, one transaction:
 store the raw events (idempotent on tx hash + log index) and the headers seen, apply the new
-events to the projections, queue one validation task per new `WorkSubmitted`, move the cursor.
+events to the projections, queue one validation task per new `WorkSubmitted` or
+`WorkBundleSubmitted`, move the cursor.
 A crash anywhere leaves either all of it or none of it, so a restart resumes at the cursor with
 no gap and no duplicate. Before a range is written it is checked against the stored blocks; a
 mismatch is a reorg, handled by `proofpool.backend.indexer.reorg` (fork point, rollback, re-index).
@@ -28,7 +29,13 @@ from proofpool.backend.db import chain as chain_db
 from proofpool.backend.db import outbox as outbox_db
 from proofpool.backend.db.outbox import OutboxTask
 from proofpool.backend.indexer.decode import FastDecoder
-from proofpool.backend.indexer.outbox import Dispatcher, DispatchLoop, celery_sender, validation_tasks
+from proofpool.backend.indexer.outbox import (
+    SUBMISSION_EVENTS,
+    Dispatcher,
+    DispatchLoop,
+    celery_sender,
+    validation_tasks,
+)
 from proofpool.backend.indexer.projections import apply_events
 from proofpool.backend.indexer.reorg import conflict_in_range, find_fork, roll_back, tip_conflict
 from proofpool.backend.indexer.session import connect
@@ -320,13 +327,14 @@ class Indexer:
             outbox_db.enqueue(conn, tasks)
             chain_db.set_cursor(conn, batch.end + 1)
         for event in new:
-            if event.name == "WorkSubmitted":
+            if event.name in SUBMISSION_EVENTS:
                 log.debug(
                     "submission indexed",
                     extra={
                         "pool": event.args["poolId"],
                         "node": event.args["node"],
                         "work_key": event.args["workKey"],
+                        "files": len(event.args.get("fileKeys") or ()) or 1,
                         "block": event.block_number,
                     },
                 )

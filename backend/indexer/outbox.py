@@ -1,6 +1,7 @@
 """Validation tasks through the outbox: queued with the events, sent to Celery after commit.
 
-Guarantee (docs/indexer.md, "Dispatch"): every `WorkSubmitted` gets exactly one outbox row,
+Guarantee (docs/indexer.md, "Dispatch"): every `WorkSubmitted` and every `WorkBundleSubmitted`
+(a bundle is judged as one submission, under its bundle key) gets exactly one outbox row,
 written in the transaction that stores the event, so a row exists iff the event is indexed.
 The dispatcher sends committed rows only, then marks them sent in a second transaction:
 
@@ -41,11 +42,16 @@ Send = Callable[[PendingRow], None]
 """Sends one row; raises when the broker does not take it."""
 
 
+SUBMISSION_EVENTS = frozenset({"WorkSubmitted", "WorkBundleSubmitted"})
+"""ComputePool events that create a submission, each to be judged once (a bundle as a whole)."""
+
+
 def validation_tasks(events: Sequence[IndexedEvent]) -> list[OutboxTask]:
-    """One `validate_submission` task per `WorkSubmitted` among `events`."""
+    """One `validate_submission` task per `WorkSubmitted` or `WorkBundleSubmitted` among `events`:
+    the same task name and arguments for both, the work key being the bundle key for a bundle."""
     tasks = []
     for event in events:
-        if event.name != "WorkSubmitted" or event.contract != "ComputePool":
+        if event.name not in SUBMISSION_EVENTS or event.contract != "ComputePool":
             continue
         pool_id, work_key = int(event.args["poolId"]), str(event.args["workKey"]).lower()
         tasks.append(

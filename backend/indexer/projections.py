@@ -201,6 +201,24 @@ def work_submitted(cur: Cursor, e: IndexedEvent) -> None:
     )
 
 
+def work_bundle_submitted(cur: Cursor, e: IndexedEvent) -> None:
+    # Every later event on the bundle (attested, invalidated, finalized, ...) names the bundle key
+    # as its workKey, so the work functions below update this row like any other submission.
+    cur.execute(
+        sql.WORK_BUNDLE_SUBMITTED,
+        {
+            **_work(e),
+            "node": e.args["node"],
+            "provider": e.args["provider"],
+            "work_units": e.args["workUnits"],
+            "model_version": e.args["modelVersion"],
+            "time": e.block_time,
+            "file_keys": [hex_bytes(key) for key in e.args["fileKeys"]],
+            "file_units": [int(units) for units in e.args["fileUnits"]],
+        },
+    )
+
+
 def work_attested(cur: Cursor, e: IndexedEvent) -> None:
     work = _work(e)
     cur.execute(sql.WORK_STATUS, {**work, "status": "accepted"})
@@ -328,6 +346,7 @@ PROJECTORS: Mapping[str, Apply] = {
     "NodeEjected": node_ejected,
     "NodeBlacklisted": node_blacklisted,
     "WorkSubmitted": work_submitted,
+    "WorkBundleSubmitted": work_bundle_submitted,
     "WorkAttested": work_attested,
     "WorkInvalidated": work_invalidated,
     "WorkRejected": work_rejected,

@@ -8,8 +8,9 @@ options, table columns). The CLI talks HTTP and may not import the backend, whic
 lives in the core.
 
 A listing's `name` is at once its route (`/v1/ledger/<name>`), its CLI command, the PostgreSQL table
-it reads and the tag of its cursors; a column's `name` is at once the table's column, the JSON field
-and the CSV header. Names come only from here, so the SQL built from them is never user input.
+it reads and the tag of its cursors; a column's `name` is at once the table's column (but for a
+`Kind.FILES` column, read from two array columns), the JSON field and the CSV header. Names come only
+from here, so the SQL built from them is never user input.
 """
 
 from __future__ import annotations
@@ -47,6 +48,10 @@ class Kind(StrEnum):
     """Bytes (hashes, work keys, transactions) as 0x-hex; shown shortened."""
     ENUM = "enum"
     """One of the column's `values`."""
+    FILES = "files"
+    """The files of a bundled submission, in bundle order: a list of `{"work_key": 0x-hex, "work_units":
+    int}`, null for a single-file submission. The one kind not stored under its column's name: it is
+    read from the table's `file_keys` and `file_units` arrays. Shown as the file count."""
 
 
 class Match(StrEnum):
@@ -287,18 +292,23 @@ MEMBERSHIPS = Listing(
     ),
 )
 
-# A submission keeps the position of its WorkSubmitted log (a status change is recorded in
-# `status_block`/`status_tx_hash`), so a walk made while the indexer writes meets every row once.
+# A submission keeps the position of its WorkSubmitted (a bundle: WorkBundleSubmitted) log (a status
+# change is recorded in `status_block`/`status_tx_hash`), so a walk made while the indexer writes
+# meets every row once.
 SUBMISSIONS = Listing(
     name="submissions",
     item="submission",
     doc="Submitted work in submission order, with its status and the block and transaction of its last status change.",
     columns=(
         Column("pool_id", Kind.INT, "Pool the work was submitted to."),
-        Column("work_key", Kind.HASH, "sha256 of the rollout file (0x-hex); the submission's id within its pool."),
+        Column(
+            "work_key",
+            Kind.HASH,
+            "sha256 of the rollout file, or a bundle's key (see files) (0x-hex); the submission's id within its pool.",
+        ),
         Column("node", Kind.ADDRESS, "Submitting node."),
         Column("provider", Kind.ADDRESS, "The node's provider (paid or slashed for it)."),
-        Column("work_units", Kind.INT, "Work units claimed."),
+        Column("work_units", Kind.INT, "Work units claimed (a bundle: the sum over its files)."),
         Column("model_version", Kind.INT, "Checkpoint version the rollouts were generated with."),
         Column(
             "status",
@@ -308,9 +318,9 @@ SUBMISSIONS = Listing(
             values=("pending", "accepted", "rejected", "invalid", "finalized", "forfeited", "expired"),
         ),
         Column("submitted_at", Kind.TIMESTAMP, "Time of the block that carried the submission."),
-        _block("Block of the WorkSubmitted log (a submission's position never moves)."),
+        _block("Block of the WorkSubmitted (or WorkBundleSubmitted) log (a submission's position never moves)."),
         _tx("Transaction that submitted the work (0x-hex)."),
-        _log_index("Index of the WorkSubmitted log in its block."),
+        _log_index("Index of the WorkSubmitted (or WorkBundleSubmitted) log in its block."),
         Column(
             "status_block",
             Kind.INT,
@@ -318,9 +328,28 @@ SUBMISSIONS = Listing(
             nullable=True,
         ),
         Column("status_tx_hash", Kind.HASH, "Transaction of that log (0x-hex).", nullable=True),
+        Column(
+            "files",
+            Kind.FILES,
+            "The rollout files of a bundle (submitWorkBundle), in bundle order: each file's work_key (its sha256, "
+            "where its file is stored) and work_units; work_key above is then the bundle key and work_units their "
+            "sum. Null for a single-file submission (submitWork), whose file is work_key. A bundle is judged, "
+            "paid and slashed as a whole.",
+            nullable=True,
+        ),
     ),
     key=CHAIN_ORDER,
-    shown=("pool_id", "work_key", "node", "status", "work_units", "submitted_at", "block_number", "tx_hash"),
+    shown=(
+        "pool_id",
+        "work_key",
+        "node",
+        "status",
+        "work_units",
+        "files",
+        "submitted_at",
+        "block_number",
+        "tx_hash",
+    ),
     filters=(
         Filter("pool_id", "Only this pool's submissions."),
         Filter("provider", "Only submissions of this provider's nodes."),

@@ -235,8 +235,10 @@ class ValidatorSettings(CheckpointSettings, DatabaseSettings, BrokerSettings, Se
     seconds apart must not slash an honest node that was assigned just before them). 0: none."""
     verdict_batch: int = Field(32, ge=1, le=256)
     """Accepted keys per `attestWork` transaction."""
-    verdict_max_wait: float = Field(5.0, gt=0)
-    """Seconds an accepted key waits for its batch to fill before it is attested anyway."""
+    verdict_max_wait: float = Field(1.0, gt=0)
+    """Seconds an accepted key waits for its batch to fill before it is attested anyway. Short, because a
+    provider waits this long to learn it will be paid; batches still fill while a transaction is being
+    mined (the sender sends one at a time), and a bundle of files is one key already."""
     validator_review_interval: float = Field(15.0, gt=0)
     """Seconds between the verdict sender's looks for other validators' rejections to review (and for
     its own rejections whose challenge window closes); keep it well under the pools' challenge windows."""

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import math
+from dataclasses import dataclass
 
 from redis import exceptions as redis_errors
 from redis.asyncio import Redis
@@ -52,16 +53,44 @@ end
 if tonumber(ARGV[2]) < epoch + tonumber(ARGV[3]) then
   return {0, tostring(epoch), created}
 end
-if redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[4]) then
-  return {1, tostring(epoch), created}
+if not redis.call('SET', KEYS[2], '1', 'NX', 'EX', ARGV[4]) then
+  return {2, tostring(epoch), created}
 end
-return {2, tostring(epoch), created}
+local tag = ''
+if ARGV[5] and ARGV[5] ~= '' then
+  tag = redis.call('GET', KEYS[3])
+  if not tag then
+    tag = ARGV[5]
+    redis.call('SET', KEYS[3], tag, 'EX', ARGV[6])
+  end
+end
+if ARGV[7] and ARGV[7] ~= '' then
+  redis.call('ZADD', KEYS[4], ARGV[7], ARGV[8])
+end
+return {1, tostring(epoch), created, tag}
 """
-"""KEYS: epoch, nonce. ARGV: now, timestamp, max_ahead, ttl. Returns {outcome, epoch, created}:
-outcome 0 = predates the epoch, 1 = fresh (now recorded), 2 = replayed; created = 1 when the
-epoch had vanished and was set to now. One script, so the epoch check and the nonce write are
-atomic and cost one round trip, like the plain SET NX before."""
+"""KEYS: epoch, nonce, tag, sorted set. ARGV: now, timestamp, max_ahead, ttl, new tag, tag ttl,
+score, member. Returns {outcome, epoch, created[, tag]}: outcome 0 = predates the epoch, 1 = fresh
+(now recorded), 2 = replayed; created = 1 when the epoch had vanished and was set to now. Only for
+a fresh nonce, and only when asked (a non-empty new tag; a non-empty score): reads the tag key,
+setting it to the new tag when it is missing, and adds the member to the sorted set. One script, so
+the epoch check and the nonce write are atomic, and a heartbeat's nonce, context tag and liveness
+cost one round trip (`proofpool.backend.orchestrator.heartbeat`)."""
 PREDATES, FRESH, REPLAYED = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Alongside:
+    """What one claim also does once the nonce proved fresh, in the same round trip: read the tag
+    at `tag_key` (set to `new_tag` for `tag_ttl` s when missing) and, when `zadd_key` is set, add
+    `member` with `score` to that sorted set. Neither happens for a refused request."""
+
+    tag_key: str
+    new_tag: str
+    tag_ttl: int
+    zadd_key: str | None = None
+    member: str = ""
+    score: float = 0.0
 
 
 class NonceStore:
@@ -88,22 +117,27 @@ class NonceStore:
         await self._warn_if_evicting()
         return epoch
 
-    async def claim(self, signed: SignedHeaders, now: float) -> None:
+    async def claim(self, signed: SignedHeaders, now: float, alongside: Alongside | None = None) -> bytes | None:
         """Record the request's nonce as used; `AuthError` if it was used before or if its
         timestamp predates what the store can vouch for (with the seconds to wait before signing
         again as `retry_after`: counted from the request's own timestamp, so a client whose clock
-        lags the server's still waits long enough)."""
+        lags the server's still waits long enough). With `alongside`, also does what it asks once
+        the nonce is fresh and returns the tag (None without)."""
         key = f"{NONCE_KEY_PREFIX}{signed.address}:{signed.nonce}"
+        keys = [EPOCH_KEY, key]
+        args: list[str | int | float] = [repr(now), signed.timestamp, self.window.max_ahead, self.window.nonce_ttl]
+        if alongside is not None:
+            keys += [alongside.tag_key, alongside.zadd_key or alongside.tag_key]
+            args += [alongside.new_tag, alongside.tag_ttl]
+            args += [repr(alongside.score), alongside.member] if alongside.zadd_key else ["", ""]
         try:
-            outcome, epoch_text, created = await self._claim(
-                keys=[EPOCH_KEY, key], args=[repr(now), signed.timestamp, self.window.max_ahead, self.window.nonce_ttl]
-            )
+            outcome, epoch_text, created, *tag = await self._claim(keys=keys, args=args)
         except (redis_errors.RedisError, OSError) as exc:
             raise ServiceUnavailable(f"Redis unreachable for the nonce store: {exc.__class__.__name__}") from exc
         if int(created):
             log.warning("nonce store epoch was missing (Redis lost its keys): set to now, %.0f", now)
         if int(outcome) == FRESH:
-            return
+            return tag[0] if alongside is not None else None
         if int(outcome) == REPLAYED:
             raise AuthError("replayed_nonce", "this nonce was used before")
         valid_from = math.ceil(float(epoch_text) + self.window.max_ahead)

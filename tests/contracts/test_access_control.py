@@ -157,6 +157,9 @@ CASES = [
     Restricted("ComputePool.submitWork",
                lambda w: w.c.pool.functions.submitWork(POOL_ID, w.node1.address, work_key("s"), 1, 1),
                ("node1",), lambda w, a: ("ComputePoolCallerNotNode", (w.node1.address, a.address))),
+    Restricted("ComputePool.submitWorkBundle",
+               lambda w: w.c.pool.functions.submitWorkBundle(POOL_ID, w.node1.address, [work_key("b")], [1], 1),
+               ("node1",), lambda w, a: ("ComputePoolCallerNotNode", (w.node1.address, a.address))),
 ]  # fmt: skip
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import time
 from unittest.mock import ANY
 
@@ -14,8 +15,11 @@ import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 from eth_utils import to_checksum_address
+from proofpool.backend.api.orchestrator import HeartbeatOut
+from proofpool.backend.orchestrator import heartbeat as beats
 from proofpool.backend.orchestrator import liveness
 from proofpool.backend.orchestrator.discovery import specs_digest
+from proofpool.backend.orchestrator.heartbeat import CONTEXT_TTL, ContextCache
 from proofpool.backend.orchestrator.states import Liveness
 from proofpool.backend.orchestrator.sweeper import Ejection, chain_ejector, sweep_once
 from proofpool_arithmetic import ENVIRONMENT
@@ -23,6 +27,7 @@ from psycopg import AsyncConnection
 from redis.asyncio import Redis as AsyncRedis
 
 from proofpool.core.assignment import Checkpoint, assign
+from proofpool.core.auth.signed_request import sign_request
 from proofpool.infra.chain.anvil import ANVIL_KEYS, AnvilProcess
 from proofpool.infra.chain.bindings import MemberState, PoolParams
 from proofpool.infra.chain.client import ChainClient
@@ -36,6 +41,7 @@ from tests.fixtures.backend import (
     API_POOL_CONTRACT,
     CHAIN_ID,
     MANAGER_KEY,
+    TEST_AUDIENCE,
     ApiHarness,
     api_redis_url,
     write_address_book,
@@ -49,6 +55,12 @@ POOL_CONTRACT = to_checksum_address("0x" + "ab" * 20)
 
 def actors() -> tuple:
     return Account.create(), Account.create()
+
+
+def indexed(api: ApiHarness) -> None:
+    """The projections changed under the running app: heartbeats see it within `CONTEXT_TTL`
+    (`proofpool.backend.orchestrator.heartbeat`); the tests that are not about that bound skip the wait."""
+    api.client.app.state.heartbeat_contexts.clear()
 
 
 def member(api: ApiHarness, pool_id: int = 1, *, state: str = "active", status: str = "active", **kw):
@@ -261,6 +273,7 @@ def test_a_pool_whose_environment_is_not_installed_gets_a_503_and_the_node_keeps
     assert refused.json()["error"] == "environment_unavailable"
     assert "no environment is installed for 'hf://Qwen/Qwen3-0.6B'" in refused.json()["detail"]
     api.conn.execute("UPDATE pools SET model_uri = 'devnet://back' WHERE pool_id = 1")
+    indexed(api)
     work = api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"]
     assert work is not None and work["batch"] == 0
 
@@ -277,9 +290,11 @@ def test_a_pool_whose_spec_hash_disagrees_with_its_model_uri_gets_a_503_and_no_w
     api.conn.execute(
         "UPDATE pools SET model_uri = %s, spec_sha256 = %s WHERE pool_id = 1", ("spec://" + "ab" * 32, bytes(32))
     )
+    indexed(api)
     refused = api.signed(node, "POST", "/v1/heartbeat", {})
     assert refused.status_code == 503 and "no spec (specSha256 is zero)" in refused.json()["detail"]
     api.conn.execute("UPDATE pools SET model_uri = 'devnet://back', spec_sha256 = %s WHERE pool_id = 1", (bytes(32),))
+    indexed(api)
     work = api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"]
     assert work is not None and work["batch"] == 0
 
@@ -653,3 +668,91 @@ def test_node_api_client_round_trip(api: ApiHarness) -> None:
     assert beat.assignment.batch == 0 and len(beat.assignment.task_ids) == 8
     assert as_node.heartbeat(completed=beat.assignment).assignment.batch == 1
     assert as_node.node_status(node.address)["state"] == "healthy"
+
+
+# --------------------------------------------------------------------------- the heartbeat context cache
+
+
+def contexts(api: ApiHarness) -> ContextCache:
+    return api.client.app.state.heartbeat_contexts
+
+
+def test_an_ejected_or_deregistered_node_is_refused_within_the_cache_bound(api: ApiHarness) -> None:
+    """What the indexer commits is in every heartbeat answered `CONTEXT_TTL` s later, cached or not."""
+    ejected, _ = member(api)
+    removed, _ = member(api)
+    for node in (ejected, removed):
+        assert api.signed(node, "POST", "/v1/heartbeat", {}).json()["state"] == "healthy"
+        assert contexts(api).get(node.address, None) is not None  # answered from memory from now on
+    api.conn.execute("UPDATE memberships SET state = 'ejected' WHERE node = %s", (ejected.address,))
+    api.conn.execute("UPDATE nodes SET active = false WHERE address = %s", (removed.address,))
+    time.sleep(CONTEXT_TTL)
+    beat = api.signed(ejected, "POST", "/v1/heartbeat", {}).json()
+    assert (beat["state"], beat["assignment"]) == ("ejected", None)
+    refused = api.signed(removed, "POST", "/v1/heartbeat", {})
+    assert (refused.status_code, refused.json()["error"]) == (403, "node_not_registered")
+    assert contexts(api).get(removed.address, None) is None  # a refusal is never cached
+
+
+def test_a_replayed_heartbeat_is_refused_when_its_node_is_cached(api: ApiHarness) -> None:
+    node, _ = member(api)
+    assert api.signed(node, "POST", "/v1/heartbeat", {}).status_code == 200
+    assert contexts(api).get(node.address, None) is not None
+    headers = {**sign_request(node, TEST_AUDIENCE, "POST", "/v1/heartbeat", b"{}"), "Content-Type": "application/json"}
+    assert api.client.post("/v1/heartbeat", content=b"{}", headers=headers).status_code == 200
+    seen = api.redis.zscore(liveness.HEARTBEATS_KEY, node.address)
+    replayed = api.client.post("/v1/heartbeat", content=b"{}", headers=headers)
+    assert (replayed.status_code, replayed.json()["error"]) == (401, "replayed_nonce")
+    assert api.redis.zscore(liveness.HEARTBEATS_KEY, node.address) == seen  # a refused request is not a sign of life
+
+
+def test_a_batch_advanced_by_another_process_is_never_answered_stale(api: ApiHarness) -> None:
+    """Two API processes: the one holding the node's context in memory (for a minute here, so only
+    the Redis tag can tell it) learns of the batch the other advanced at its next heartbeat."""
+    from fastapi.testclient import TestClient
+    from proofpool.backend.app import create_app
+
+    node, _ = member(api)
+    api.add_checkpoint(1, 1, hashlib.sha256(b"manifest v1").digest())
+    cache = contexts(api)
+    cache.ttl = 60.0
+    try:
+        with TestClient(create_app(api.settings), raise_server_exceptions=False) as other:
+            assert api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"]["batch"] == 0
+            report = json.dumps({"completed": {"checkpoint_version": 1, "batch": 0}}).encode()
+            headers = sign_request(node, TEST_AUDIENCE, "POST", "/v1/heartbeat", report)
+            moved = other.post("/v1/heartbeat", content=report, headers={**headers, "Content-Type": "application/json"})
+            assert moved.json()["assignment"]["batch"] == 1
+        assert api.signed(node, "POST", "/v1/heartbeat", {}).json()["assignment"]["batch"] == 1
+    finally:
+        cache.ttl = CONTEXT_TTL
+        cache.clear()
+
+
+def test_the_lean_route_answers_as_the_documented_one(api: ApiHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`heartbeat_route` answers ordinary heartbeats; what it does not recognise (here a content type
+    with a charset) goes to the FastAPI route. Both give the same reply, which is a `HeartbeatOut`."""
+    calls = []
+    lean = beats.signed_heartbeat
+
+    async def counted(*args: object, **kwargs: object) -> beats.HeartbeatResult:
+        calls.append(1)
+        return await lean(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(beats, "signed_heartbeat", counted)
+    node, _ = member(api)
+    api.add_checkpoint(1, 1, hashlib.sha256(b"manifest v1").digest(), "s3://ckpt/1")
+    for reported in ({}, {"pool_id": 1}):
+        fast = api.signed(node, "POST", "/v1/heartbeat", reported)
+        assert len(calls) == 1
+        documented = api.signed(
+            node, "POST", "/v1/heartbeat", reported, headers={"Content-Type": "application/json; charset=utf-8"}
+        )
+        assert len(calls) == 1  # not the lean route
+        calls.clear()
+        assert (fast.status_code, documented.status_code) == (200, 200)
+        assert fast.headers["content-type"] == documented.headers["content-type"] == "application/json"
+        mine, theirs = fast.json(), documented.json()
+        assert mine.pop("server_time") <= theirs.pop("server_time")
+        assert mine == theirs and mine["assignment"]["batch"] == 0
+        assert HeartbeatOut.model_validate_json(fast.content).assignment is not None

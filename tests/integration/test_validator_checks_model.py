@@ -203,7 +203,16 @@ def test_cheat_is_rejected_with_reason(
     samples = tamper(world)
     verdict = judge(world, samples, sub=sub)
     assert not verdict.accepted and verdict.reason in reasons, (verdict.reason, verdict.evidence)
-    assert verdict.checked_rows == N_ROWS  # the model checks ran on every row before the scoring checks
+    scoring = {
+        "bad_problem_id",
+        "prompt_mismatch",
+        "reward_mismatch",
+        "group_mismatch",
+        "advantage_mismatch",
+        "work_units_mismatch",
+    }
+    # the scoring checks run before the model's, so a file they reject costs no prefill
+    assert verdict.checked_rows == (0 if verdict.reason in scoring else N_ROWS)
     if row is not None:
         assert verdict.evidence["row"] == row
     if verdict.reason in TOPLOC_OR_SAMPLING | {"proof_malformed", "proof_count_mismatch"}:

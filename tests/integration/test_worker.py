@@ -7,6 +7,7 @@ duplicates nothing; a checkpoint published mid-run is picked up.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import signal
@@ -47,16 +48,24 @@ def store(seaweed: SeaweedProcess) -> ObjectStore:
 
 
 def submissions(market: Market) -> list[ChainEvent]:
-    """Every WorkSubmitted of the market's node, in chain order."""
+    """Every file the market's node submitted, in chain order: its WorkSubmitted events, and one
+    event per file of its WorkBundleSubmitted events (with that file's key and units)."""
     client = market.stack.admin
     logs = client.w3.eth.get_logs(
         {"fromBlock": client.book.deploy_block, "toBlock": "latest", "address": client.pool.address}
     )
-    return [
-        e
-        for e in client.decoder().decode_logs(logs)
-        if e.name == "WorkSubmitted" and e.args["node"] == market.node and e.args["poolId"] == market.pool_id
-    ]
+    files: list[ChainEvent] = []
+    for e in client.decoder().decode_logs(logs):
+        if e.args.get("node") != market.node or e.args.get("poolId") != market.pool_id:
+            continue
+        if e.name == "WorkSubmitted":
+            files.append(e)
+        elif e.name == "WorkBundleSubmitted":
+            files += [
+                dataclasses.replace(e, args={**e.args, "workKey": key, "workUnits": units})
+                for key, units in zip(e.args["fileKeys"], e.args["fileUnits"], strict=True)
+            ]
+    return files
 
 
 def journal_entries(journal_dir: Path, pool_id: int) -> list:

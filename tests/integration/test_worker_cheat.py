@@ -126,13 +126,15 @@ def selected_modes(request: pytest.FixtureRequest) -> set[CheatMode]:
 
 
 def submissions_of(market: Market, node: str) -> list[ChainEvent]:
-    """The node's WorkSubmitted events, in chain order."""
+    """The node's WorkSubmitted and WorkBundleSubmitted events (one per submission), in chain order."""
     client = market.stack.admin
     logs = client.w3.eth.get_logs({"fromBlock": client.book.deploy_block, "address": client.pool.address})
     return [
         e
         for e in client.decoder().decode_logs(logs)
-        if e.name == "WorkSubmitted" and e.args["node"] == node and e.args["poolId"] == market.pool_id
+        if e.name in ("WorkSubmitted", "WorkBundleSubmitted")
+        and e.args["node"] == node
+        and e.args["poolId"] == market.pool_id
     ]
 
 

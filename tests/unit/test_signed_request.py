@@ -6,14 +6,21 @@ from __future__ import annotations
 
 import pytest
 from eth_account import Account
+from eth_account.messages import encode_defunct
+from eth_utils import to_checksum_address
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from proofpool.core.auth.signed_request import (
+    SECP256K1_N,
     Audience,
     AuthError,
     Deployment,
     TimeWindow,
     canonical_message,
     normalize_host,
+    personal_sign_digest,
+    recover_address,
     request_target,
     sign_request,
     verify_request,
@@ -151,3 +158,87 @@ def test_chain_without_pool_contract_is_refused(monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("PROOFPOOL_API_CHAIN_ID", "8453")
     with pytest.raises(ValueError, match="together"):
         Settings()
+
+
+# --------------------------------------------------------------------------- recovery on the digest
+
+MESSAGE = "proofpool-request-v2\nPOST\n/v1/heartbeat"
+
+
+def reference(signature: bytes, text: str = MESSAGE) -> str | None:
+    """What eth-account recovers (None: it refuses the signature)."""
+    try:
+        return Account.recover_message(encode_defunct(text=text), signature=signature)
+    except Exception:  # noqa: BLE001 - eth-account and eth-keys raise several types for junk
+        return None
+
+
+def ours(signature: bytes, text: str = MESSAGE) -> str | None:
+    try:
+        return to_checksum_address(recover_address(personal_sign_digest(text), signature))
+    except Exception:  # noqa: BLE001 - coincurve raises its own types for junk
+        return None
+
+
+def test_the_digest_is_personal_signs() -> None:
+    from eth_account.messages import _hash_eip191_message
+
+    for text in ("", "a", MESSAGE, "ünïcode\n" * 40):
+        assert personal_sign_digest(text) == _hash_eip191_message(encode_defunct(text=text))
+
+
+@pytest.mark.parametrize("v", [0, 1, 27, 28, 35, 36, 37, 38, 255])
+def test_recovery_reads_v_as_eth_account_does(v: int) -> None:
+    """Every recovery id eth-account takes (0/1, 27/28, EIP-155's 35 and up) gives its address."""
+    signed = Account.from_key(KEY).sign_message(encode_defunct(text=MESSAGE))
+    raw = bytes(signed.signature)
+    parity = raw[64] - 27
+    candidate = raw[:64] + bytes([v])
+    assert ours(candidate) == reference(candidate)
+    if (v in (0, 1) and v == parity) or (v in (27, 28) and v - 27 == parity) or (v >= 35 and (v - 35) % 2 == parity):
+        assert ours(candidate) == Account.from_key(KEY).address
+
+
+@pytest.mark.parametrize("v", [2, 26, 29, 34])
+def test_recovery_refuses_the_v_eth_account_refuses(v: int) -> None:
+    signed = Account.from_key(KEY).sign_message(encode_defunct(text=MESSAGE))
+    candidate = bytes(signed.signature)[:64] + bytes([v])
+    assert reference(candidate) is None and ours(candidate) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(min_size=65, max_size=65))
+def test_recovery_agrees_with_eth_account_on_any_65_bytes(signature: bytes) -> None:
+    """Junk included: r or s zero or past the curve order, points off the curve, any v."""
+    assert ours(signature) == reference(signature)
+
+
+@pytest.mark.parametrize(
+    "signature",
+    [
+        bytes(64) + b"\x1b",  # r = s = 0
+        b"\xff" * 64 + b"\x1b",  # r, s past the order
+        SECP256K1_N.to_bytes(32, "big") + (1).to_bytes(32, "big") + b"\x1c",  # r = n
+        (1).to_bytes(32, "big") + SECP256K1_N.to_bytes(32, "big") + b"\x1c",  # s = n
+    ],
+)
+def test_recovery_refuses_out_of_range_signatures(signature: bytes) -> None:
+    assert reference(signature) is None and ours(signature) is None
+
+
+def test_a_junk_signature_is_refused_as_bad_signature() -> None:
+    headers = sign_request(Account.from_key(KEY), AUDIENCE, "POST", "/v1/heartbeat", b"{}", now=NOW)
+    headers["X-Signature"] = "0x" + "ff" * 65
+    with pytest.raises(AuthError) as refused:
+        verify(headers)
+    assert refused.value.reason == "bad_signature"
+
+
+def test_the_address_header_is_read_in_any_case_and_checksummed() -> None:
+    account = Account.from_key(KEY)
+    headers = sign_request(account, AUDIENCE, "POST", "/v1/heartbeat", b"{}", now=NOW)
+    for written in (account.address.lower(), account.address[:2] + account.address[2:].swapcase()):
+        assert verify({**headers, "X-Address": written}) == account.address
+    with pytest.raises(AuthError) as refused:
+        verify({**headers, "X-Address": account.address[:-1] + "g"})
+    assert refused.value.reason == "bad_address"

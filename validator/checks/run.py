@@ -1,14 +1,17 @@
-"""All checks on one submission, in the order of DESIGN.md; the first failure is the verdict.
+"""All checks on one submission, numbered as in DESIGN.md; the first failure is the verdict.
 
-Cheap checks run first and on every row (hash, size, format, bounds, version window, assignment),
-so a file that fails one never costs a model load or a prefill; the recomputation (TOPLOC, sampling) then
-runs on all rows, a seeded subset, or none (`sample_rate`), and the scoring checks (rewards,
-advantages, work units) run on every row again, as they cost nothing next to a prefill.
+Cheap checks run first and on every row (hash, size, format, bounds, version window, assignment,
+then the scoring checks: rewards, advantages, work units), so a file that fails one never costs a
+model load or a prefill; the recomputation (TOPLOC, sampling, checks 4-5) runs last, on all rows,
+a seeded subset, or none (`sample_rate`).
+
+The two halves are public (`screen`, then `finish`) for a bundle of files
+(`proofpool.validator.checks.bundle`), which screens every file before it recomputes any.
 """
 
 from __future__ import annotations
 
-import dataclasses
+from dataclasses import dataclass
 
 from proofpool.validator.checks.assignment import check_assignment
 from proofpool.validator.checks.bounds import check_bounds
@@ -18,6 +21,19 @@ from proofpool.validator.checks.inference import ModelLoader, recompute, validat
 from proofpool.validator.checks.scoring import check_scoring
 from proofpool.validator.checks.verdict import Verdict
 from proofpool.validator.checks.version import check_version
+
+
+@dataclass(frozen=True)
+class Screened:
+    """A file that passed every check but the recomputation (1-3b and 6-8)."""
+
+    parsed: ParsedFile
+    batch: int | None
+    """The assigned batch the file answers (None when `PoolRules.check_assignment` is off)."""
+
+    @property
+    def rows(self) -> int:
+        return len(self.parsed.samples)
 
 
 def run_checks(
@@ -48,42 +64,54 @@ def run_checks(
     they say nothing about the file.
     """
     validate_sampling_args(sample_rate, selection_seed, model is not None)
+    screened = screen(data, sub, rules)
+    if isinstance(screened, Verdict):
+        return screened
+    return finish(screened, sub, rules, model, sample_rate=sample_rate, selection_seed=selection_seed)
+
+
+def screen(data: bytes, sub: SubmissionFacts, rules: PoolRules) -> Screened | Verdict:
+    """Every check that needs no model: 1-3b (the object, the file, every row's bounds, the version
+    window, the assignment), then the scoring checks 6-8."""
     rejected = check_object(data, sub, rules)
     if rejected is not None:
         return rejected
     parsed = read_file(data, sub, rules)
     if isinstance(parsed, Verdict):
         return parsed
-    return _check_rows(parsed, sub, rules, model, sample_rate, selection_seed)
+    samples = parsed.samples
+    rejected = check_bounds(samples, sub, rules) or check_version(sub, rules, len(samples))
+    if rejected is not None:
+        return rejected
+    if not rules.check_assignment:
+        return _scored(Screened(parsed, None), sub, rules)
+    batch = check_assignment(samples, sub, rules)
+    if isinstance(batch, Verdict):
+        return batch
+    return _scored(Screened(parsed, batch), sub, rules)
 
 
-def _check_rows(
-    parsed: ParsedFile,
+def _scored(screened: Screened, sub: SubmissionFacts, rules: PoolRules) -> Screened | Verdict:
+    rejected = check_scoring(screened.parsed.samples, sub, rules.taskset)
+    return screened if rejected is None else rejected
+
+
+def finish(
+    screened: Screened,
     sub: SubmissionFacts,
     rules: PoolRules,
     model: ModelLoader | None,
+    *,
     sample_rate: float,
-    selection_seed: bytes | None,
+    selection_seed: bytes | None = None,
 ) -> Verdict:
-    """Checks 2b-8 on a file that parsed."""
-    samples = parsed.samples
-    rows = len(samples)
-    rejected = check_bounds(samples, sub, rules) or check_version(sub, rules, rows)
-    if rejected is not None:
-        return rejected
-    assigned: dict[str, int] = {}
-    if rules.check_assignment:
-        batch = check_assignment(samples, sub, rules)
-        if isinstance(batch, Verdict):
-            return batch
-        assigned["batch"] = batch
+    """Checks 4-5 on a screened file (the recomputation), then the accepted verdict."""
+    samples = screened.parsed.samples
     recomputed = recompute(samples, sub, rules, model, sample_rate=sample_rate, selection_seed=selection_seed)
     if recomputed.rejection is not None:
         return recomputed.rejection
     counted = {"checked_rows": recomputed.checked_rows, "checked_tokens": recomputed.checked_tokens}
-    rejected = check_scoring(samples, sub, rules.taskset)
-    if rejected is not None:
-        return dataclasses.replace(rejected, **counted)
     work_units = sum(len(s.completion_tokens) for s in samples)
+    assigned = {} if screened.batch is None else {"batch": screened.batch}
     evidence = {**recomputed.evidence, **assigned, "work_units": work_units}
-    return Verdict(accepted=True, reason=None, evidence=evidence, rows=rows, **counted)
+    return Verdict(accepted=True, reason=None, evidence=evidence, rows=len(samples), **counted)

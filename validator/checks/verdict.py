@@ -44,6 +44,8 @@ CheckReason = Literal[
     "work_units_mismatch",
     "file_statistic",
     "tie_steering",
+    # Bundles (`proofpool.validator.checks.bundle`): a training pool takes one file per submission.
+    "bundle_not_allowed",
     # Training pools (`proofpool.validator.checks.update`): the file's metadata, its round, the replay.
     "wrong_pool",
     "wrong_node",

@@ -49,7 +49,8 @@ interface IComputePool is IWorkLedger {
     /// devnet's `devnet://` pools). A spec pool's `modelUri` is `spec://<specSha256 in hex>`; the
     /// contract does not parse the URI: every role refuses a pool whose two disagree, off-chain.
     /// @param rewardPerUnit Provider reward per finalized work unit.
-    /// @param validatorFee Fee per finalized submission paid to its attesting validator.
+    /// @param validatorFee Fee per file of a finalized submission (one for submitWork, the file count of
+    /// a bundle) paid to its attesting validator.
     /// @param slashAmount Stake taken from the provider per invalidated submission.
     /// @param disputeWindow Seconds after attestation before work can be finalized; < unbonding period.
     /// @param validatorSlashShareBps Share of slashed stake credited to the reporting validator (<= 10000).
@@ -294,6 +295,28 @@ interface IComputePool is IWorkLedger {
         uint32 modelVersion
     );
 
+    /// @notice `node` submitted a bundle of rollout files to `poolId` as one submission `workKey`;
+    /// status Pending. The files are judged, paid and slashed together under `workKey`; their keys and
+    /// units are recorded here only (not in storage).
+    /// @param poolId The pool.
+    /// @param workKey The bundle key: keccak256(abi.encodePacked(fileKeys, fileUnits)).
+    /// @param node The submitting node.
+    /// @param provider The node's provider.
+    /// @param workUnits Sum of `fileUnits`.
+    /// @param modelVersion Checkpoint version every file's rollouts were generated with.
+    /// @param fileKeys sha256 of each rollout file, strictly ascending.
+    /// @param fileUnits Claimed work units of each file (same order, each > 0).
+    event WorkBundleSubmitted(
+        uint256 indexed poolId,
+        bytes32 indexed workKey,
+        address indexed node,
+        address provider,
+        uint64 workUnits,
+        uint32 modelVersion,
+        bytes32[] fileKeys,
+        uint64[] fileUnits
+    );
+
     /// @notice `validator` accepted `workKey`; its dispute window starts at this block's time.
     /// @param poolId The pool.
     /// @param workKey The submission.
@@ -341,7 +364,7 @@ interface IComputePool is IWorkLedger {
     /// @param provider The node's provider.
     /// @param reward workUnits * rewardPerUnit.
     /// @param validator The attesting validator.
-    /// @param validatorFee The pool's validator fee.
+    /// @param validatorFee The pool's validator fee times the submission's files.
     event WorkFinalized(
         uint256 indexed poolId,
         bytes32 indexed workKey,
@@ -538,6 +561,18 @@ interface IComputePool is IWorkLedger {
     /// @param caller The caller.
     error ComputePoolCallerNotNode(address node, address caller);
 
+    /// @notice A bundle must hold 1 to MAX_BUNDLE_FILES files, as many units as keys, and its keys
+    /// strictly ascending (which also makes every file of a bundle distinct).
+    /// @param poolId The pool.
+    /// @param keys Number of file keys given.
+    /// @param units Number of file units given.
+    error ComputePoolBadBundle(uint256 poolId, uint256 keys, uint256 units);
+
+    /// @notice The files of a bundle claim more work units than a submission records (2^64 - 1).
+    /// @param poolId The pool.
+    /// @param workUnits The sum claimed.
+    error ComputePoolBundleUnitsOverflow(uint256 poolId, uint256 workUnits);
+
     /// @notice A submission must claim at least one work unit.
     /// @param poolId The pool.
     /// @param workKey The submission.
@@ -702,6 +737,25 @@ interface IComputePool is IWorkLedger {
     function submitWork(uint256 poolId, address node, bytes32 workKey, uint64 workUnits, uint32 modelVersion)
         external;
 
+    /// @notice Records a bundle of rollout files as one submission (status Pending) whose key is
+    /// keccak256(abi.encodePacked(fileKeys, fileUnits)) and whose work units are the files' sum. The
+    /// caller checks are {submitWork}'s. Every verdict and settlement function takes the bundle key: the
+    /// bundle is accepted, invalidated (slashing and ejecting the node once) or paid as a whole, and its
+    /// validator fee is the pool's validatorFee per file. Emits {WorkBundleSubmitted}.
+    /// @param poolId The pool.
+    /// @param node The node (== msg.sender).
+    /// @param fileKeys sha256 of each uploaded file, strictly ascending; 1 to MAX_BUNDLE_FILES of them.
+    /// @param fileUnits Claimed work units of each file, same length, each > 0.
+    /// @param modelVersion Checkpoint version used by every file.
+    /// @return workKey The bundle key; unique per pool.
+    function submitWorkBundle(
+        uint256 poolId,
+        address node,
+        bytes32[] calldata fileKeys,
+        uint64[] calldata fileUnits,
+        uint32 modelVersion
+    ) external returns (bytes32 workKey);
+
     /// @notice Accepts Pending submissions; each key's dispute window starts now. Needs VALIDATOR_ROLE
     /// and the minimum validator stake. A key no longer Pending (judged by another transaction first)
     /// is skipped with {WorkSkipped}; the batch reverts for a key never submitted, or if the caller is
@@ -754,8 +808,8 @@ interface IComputePool is IWorkLedger {
     function setValidatorStakeParams(uint256 minValidatorStake, uint256 validatorSlashAmount) external;
 
     /// @notice Settles Accepted submissions whose dispute window passed: credits the provider
-    /// workUnits * rewardPerUnit and the attesting validator the pool's validatorFee from the budget,
-    /// or, for a slashed node, pays nothing (Forfeited). Anyone may call. A key already settled or
+    /// workUnits * rewardPerUnit and the attesting validator the pool's validatorFee per file from the
+    /// budget, or, for a slashed node, pays nothing (Forfeited). Anyone may call. A key already settled or
     /// invalidated by another transaction is skipped with {WorkSkipped}; the batch reverts on a key
     /// never submitted or still Pending, still in its window, or not covered by the budget.
     /// Emits {WorkFinalized} or {WorkForfeited} per settled key.
@@ -836,6 +890,13 @@ interface IComputePool is IWorkLedger {
             uint64 statusSince,
             address validator
         );
+
+    /// @notice How many rollout files a submission holds: 1 for {submitWork}, the file count for
+    /// {submitWorkBundle}, 0 for a key never submitted. Fees are reserved and paid per file.
+    /// @param poolId The pool.
+    /// @param workKey The submission.
+    /// @return The number of files.
+    function workFiles(uint256 poolId, bytes32 workKey) external view returns (uint256);
 
     /// @notice The consent of `provider` to `poolId`.
     /// @param poolId The pool.

@@ -12,10 +12,11 @@ import {IStakeManager} from "../interfaces/IStakeManager.sol";
 /// @title PoolCore
 /// @notice What every ComputePool module shares: the linked contracts, the roles, the record types
 /// and the pools' storage with the checks that find a pool and its creator or manager.
-/// @dev Gas layout: a submission is two storage slots. `WorkHead` (status, validator, statusSince,
-/// submittedAt) is the only slot attestWork and finalizeWork write; `WorkBody` (node, units, version) is
-/// written once. attestWork, invalidateWork and finalizeWork read the provider from the membership record
-/// bound at join; only submitWork asks the registry (once) whether the node is still active under it.
+/// @dev Gas layout: a submission (one file or a bundle) is two storage slots. `WorkHead` (status,
+/// validator, statusSince, submittedAt, files) is the only slot attestWork and finalizeWork write;
+/// `WorkBody` (node, units, version) is written once. attestWork, invalidateWork and finalizeWork read
+/// the provider from the membership record bound at join; only submitWork and submitWorkBundle ask the
+/// registry (once) whether the node is still active under it.
 abstract contract PoolCore is IComputePool, AccessControl, ReentrancyGuard {
     /// @notice Role allowed to attest and invalidate work.
     bytes32 public constant VALIDATOR_ROLE = keccak256("VALIDATOR_ROLE");
@@ -48,11 +49,14 @@ abstract contract PoolCore is IComputePool, AccessControl, ReentrancyGuard {
         uint40 since;
     }
 
+    /// @dev `files` is 1 for a submitWork, the file count of a bundle (<= MAX_BUNDLE_FILES <= 255):
+    /// the one spare byte of the slot, so fees per file cost no extra storage. Every rewrite keeps it.
     struct WorkHead {
         WorkStatus status;
         address validator;
         uint40 statusSince;
         uint40 submittedAt;
+        uint8 files;
     }
 
     struct WorkBody {

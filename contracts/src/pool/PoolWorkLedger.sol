@@ -15,6 +15,9 @@ import {PoolMembership} from "./PoolMembership.sol";
 abstract contract PoolWorkLedger is PoolMembership {
     using SafeERC20 for IERC20;
 
+    /// @notice Most files one submitWorkBundle records (the file count lives in one byte of WorkHead).
+    uint256 public constant MAX_BUNDLE_FILES = 128;
+
     mapping(uint256 poolId => mapping(bytes32 workKey => Work)) internal _work;
     mapping(uint256 poolId => mapping(bytes32 workKey => Rejection)) internal _rejections;
     uint256 internal _minValidatorStake;
@@ -24,21 +27,57 @@ abstract contract PoolWorkLedger is PoolMembership {
     function submitWork(uint256 poolId, address node, bytes32 workKey, uint64 workUnits, uint32 modelVersion)
         external
     {
-        if (_msgSender() != node) revert ComputePoolCallerNotNode(node, _msgSender());
-        PoolStatus status = _pools[poolId].status;
-        if (status != PoolStatus.Active) revert ComputePoolNotActive(poolId, status);
-        Member memory member = _members[poolId][node];
-        if (member.state != MemberState.Active) revert ComputePoolNotMember(poolId, node);
-        if (_registry.activeNodeProvider(node) != member.provider) revert ComputePoolNodeInactive(node);
+        address provider = _checkSubmitter(poolId, node);
         if (workUnits == 0) revert ComputePoolZeroWorkUnits(poolId, workKey);
-        Work storage work = _work[poolId][workKey];
-        if (work.head.status != WorkStatus.None) revert ComputePoolDuplicateWork(poolId, workKey);
+        _record(poolId, workKey, node, provider, workUnits, modelVersion, 1);
+        emit WorkSubmitted(poolId, workKey, node, provider, workUnits, modelVersion);
+    }
 
-        uint40 now_ = uint40(block.timestamp);
-        work.head = WorkHead({status: WorkStatus.Pending, validator: address(0), statusSince: now_, submittedAt: now_});
-        work.body = WorkBody({node: node, workUnits: workUnits, modelVersion: modelVersion});
-        ++_openWorkPlusOne[member.provider];
-        emit WorkSubmitted(poolId, workKey, node, member.provider, workUnits, modelVersion);
+    /// @inheritdoc IComputePool
+    /// @dev The key's preimage and the event's data are laid out in memory by hand: the files are
+    /// copied from calldata once for the hash and once for the event (Solidity's encoders of calldata
+    /// arrays would not fit in the contract size limit). The arrays were bounds-checked by the ABI
+    /// decoder and every unit count range-checked by {_bundleUnits} before they are copied.
+    function submitWorkBundle(
+        uint256 poolId,
+        address node,
+        bytes32[] calldata fileKeys,
+        uint64[] calldata fileUnits,
+        uint32 modelVersion
+    ) external returns (bytes32 workKey) {
+        address provider = _checkSubmitter(poolId, node);
+        uint64 units = _bundleUnits(poolId, fileKeys, fileUnits);
+        uint256 files = fileKeys.length;
+        uint256 data;
+        uint256 size;
+        assembly ("memory-safe") {
+            // Event data, the ABI encoding of (provider, units, modelVersion, fileKeys, fileUnits):
+            // 5 head words, then fileKeys (length, words), then fileUnits (length, words).
+            data := mload(0x40)
+            let arrayBytes := shl(5, files)
+            let keysAt := add(data, 0xc0)
+            let unitsLengthAt := add(keysAt, arrayBytes)
+            calldatacopy(keysAt, fileKeys.offset, arrayBytes)
+            // abi.encodePacked(fileKeys, fileUnits): the keys' words, then the units' words.
+            calldatacopy(unitsLengthAt, fileUnits.offset, arrayBytes)
+            workKey := keccak256(keysAt, shl(1, arrayBytes))
+            calldatacopy(add(unitsLengthAt, 0x20), fileUnits.offset, arrayBytes)
+            mstore(unitsLengthAt, files)
+            mstore(add(data, 0xa0), files)
+            mstore(data, provider)
+            mstore(add(data, 0x20), units)
+            mstore(add(data, 0x40), modelVersion)
+            mstore(add(data, 0x60), 0xa0)
+            mstore(add(data, 0x80), add(0xc0, arrayBytes))
+            size := add(0xe0, shl(1, arrayBytes))
+            mstore(0x40, add(data, size))
+        }
+        // The count is <= MAX_BUNDLE_FILES < 256, checked by _bundleUnits.
+        _record(poolId, workKey, node, provider, units, modelVersion, uint8(files));
+        bytes32 topic = WorkBundleSubmitted.selector;
+        assembly ("memory-safe") {
+            log4(data, size, topic, poolId, workKey, node)
+        }
     }
 
     /// @inheritdoc IComputePool
@@ -63,12 +102,13 @@ abstract contract PoolWorkLedger is PoolMembership {
     {
         Pool storage pool = _pools[poolId];
         Work storage work = _work[poolId][workKey];
-        WorkHead memory previous = work.head;
-        if (previous.status == WorkStatus.Accepted) {
-            uint64 closedAt = uint64(previous.statusSince) + pool.disputeWindow;
+        WorkHead storage head = work.head;
+        WorkStatus status = head.status;
+        if (status == WorkStatus.Accepted) {
+            uint64 closedAt = uint64(head.statusSince) + pool.disputeWindow;
             if (block.timestamp >= closedAt) revert ComputePoolDisputeWindowClosed(poolId, workKey, closedAt);
-        } else if (previous.status != WorkStatus.Pending) {
-            revert ComputePoolWorkNotDisputable(poolId, workKey, previous.status);
+        } else if (status != WorkStatus.Pending) {
+            revert ComputePoolWorkNotDisputable(poolId, workKey, status);
         }
         address validator = _msgSender();
         _checkNotOwnWork(poolId, workKey, work.body.node, validator);
@@ -76,18 +116,13 @@ abstract contract PoolWorkLedger is PoolMembership {
         uint64 window = pool.challengeWindow;
         emit WorkRejected(poolId, workKey, validator, reason, evidenceHash, uint64(block.timestamp) + window);
         if (window == 0) {
-            _invalidate(pool, poolId, workKey, previous, validator, reason);
+            _invalidate(pool, poolId, workKey, status, head.validator, validator, reason);
             return;
         }
-        work.head = WorkHead({
-            status: WorkStatus.Rejected,
-            validator: validator,
-            statusSince: uint40(block.timestamp),
-            submittedAt: previous.submittedAt
-        });
         Rejection storage rejection = _rejections[poolId][workKey];
-        rejection.previous = previous;
+        _copyHead(head, rejection.previous);
         rejection.reason = reason;
+        _setHead(head, WorkStatus.Rejected, validator);
     }
 
     /// @inheritdoc IComputePool
@@ -97,45 +132,52 @@ abstract contract PoolWorkLedger is PoolMembership {
         nonReentrant
     {
         Work storage work = _work[poolId][workKey];
-        WorkHead memory head = _rejectedHead(poolId, workKey, work);
+        WorkHead storage head = _rejectedHead(poolId, workKey, work);
         Pool storage pool = _pools[poolId];
-        uint64 closedAt = uint64(head.statusSince) + pool.challengeWindow;
-        if (block.timestamp >= closedAt) revert ComputePoolChallengeWindowClosed(poolId, workKey, closedAt);
+        {
+            uint64 closedAt = uint64(head.statusSince) + pool.challengeWindow;
+            if (block.timestamp >= closedAt) revert ComputePoolChallengeWindowClosed(poolId, workKey, closedAt);
+        }
         address validator = _msgSender();
-        if (validator == head.validator) revert ComputePoolSelfVerdict(poolId, workKey, validator);
+        address reporter = head.validator;
+        if (validator == reporter) revert ComputePoolSelfVerdict(poolId, workKey, validator);
         _checkNotOwnWork(poolId, workKey, work.body.node, validator);
         _checkValidatorStake(validator);
         Rejection storage rejection = _rejections[poolId][workKey];
         address[] storage contesters = rejection.contesters;
-        uint256 count = contesters.length;
-        for (uint256 i = 0; i < count; ++i) {
-            if (contesters[i] == validator) revert ComputePoolAlreadyContested(poolId, workKey, validator);
+        {
+            uint256 count = contesters.length;
+            for (uint256 i = 0; i < count; ++i) {
+                if (contesters[i] == validator) revert ComputePoolAlreadyContested(poolId, workKey, validator);
+            }
+            contesters.push(validator);
+            ++count;
+            emit RejectionContested(poolId, workKey, validator, evidenceHash, count);
+            if (count < pool.contestQuorum) return;
         }
-        contesters.push(validator);
-        ++count;
-        emit RejectionContested(poolId, workKey, validator, evidenceHash, count);
-        if (count < pool.contestQuorum) return;
 
-        WorkHead memory previous = rejection.previous;
+        WorkStatus restored = rejection.previous.status;
         address[] memory paid = contesters;
+        _copyHead(rejection.previous, head); // status, validator and times as before the rejection
         delete _rejections[poolId][workKey];
-        work.head = previous;
-        emit RejectionOverturned(poolId, workKey, head.validator, previous.status);
-        _slashValidator(poolId, workKey, head.validator, paid);
+        emit RejectionOverturned(poolId, workKey, reporter, restored);
+        _slashValidator(poolId, workKey, reporter, paid);
     }
 
     /// @inheritdoc IComputePool
     function executeRejection(uint256 poolId, bytes32 workKey) external nonReentrant {
         Work storage work = _work[poolId][workKey];
-        WorkHead memory head = _rejectedHead(poolId, workKey, work);
+        WorkHead storage head = _rejectedHead(poolId, workKey, work);
         Pool storage pool = _pools[poolId];
         uint64 executableAt = uint64(head.statusSince) + pool.challengeWindow;
         if (block.timestamp < executableAt) revert ComputePoolChallengeWindowOpen(poolId, workKey, executableAt);
         Rejection storage rejection = _rejections[poolId][workKey];
-        WorkHead memory previous = rejection.previous;
+        WorkHead storage previous = rejection.previous;
+        WorkStatus status = previous.status;
+        address attester = previous.validator;
         bytes32 reason = rejection.reason;
         delete _rejections[poolId][workKey];
-        _invalidate(pool, poolId, workKey, previous, head.validator, reason);
+        _invalidate(pool, poolId, workKey, status, attester, head.validator, reason);
     }
 
     /// @inheritdoc IComputePool
@@ -189,8 +231,7 @@ abstract contract PoolWorkLedger is PoolMembership {
                 emit WorkSkipped(poolId, workKey, status);
                 continue;
             }
-            work.head.status = WorkStatus.Expired;
-            work.head.statusSince = uint40(block.timestamp);
+            _setStatus(work.head, WorkStatus.Expired);
             address node = work.body.node;
             --_openWorkPlusOne[_members[poolId][node].provider];
             emit WorkExpired(poolId, workKey, node);
@@ -212,15 +253,22 @@ abstract contract PoolWorkLedger is PoolMembership {
             address validator
         )
     {
-        Work memory work = _work[poolId][workKey];
-        node = work.body.node;
+        Work storage work = _work[poolId][workKey];
+        WorkHead storage head = work.head;
+        WorkBody storage body = work.body;
+        node = body.node;
         provider = _members[poolId][node].provider;
-        status = work.head.status;
-        workUnits = work.body.workUnits;
-        modelVersion = work.body.modelVersion;
-        submittedAt = work.head.submittedAt;
-        statusSince = work.head.statusSince;
-        validator = work.head.validator;
+        status = head.status;
+        workUnits = body.workUnits;
+        modelVersion = body.modelVersion;
+        submittedAt = head.submittedAt;
+        statusSince = head.statusSince;
+        validator = head.validator;
+    }
+
+    /// @inheritdoc IComputePool
+    function workFiles(uint256 poolId, bytes32 workKey) external view returns (uint256) {
+        return _work[poolId][workKey].head.files;
     }
 
     /// @inheritdoc IWorkLedger
@@ -241,7 +289,7 @@ abstract contract PoolWorkLedger is PoolMembership {
             address[] memory contesters
         )
     {
-        WorkHead memory head = _work[poolId][workKey].head;
+        WorkHead storage head = _work[poolId][workKey].head;
         if (head.status != WorkStatus.Rejected) return (address(0), bytes32(0), 0, WorkStatus.None, contesters);
         Rejection storage rejection = _rejections[poolId][workKey];
         return (
@@ -258,14 +306,14 @@ abstract contract PoolWorkLedger is PoolMembership {
         return (_minValidatorStake, _validatorSlashAmount);
     }
 
-    /// @dev Accepts the Pending keys of an attestWork batch; returns their work units and number.
+    /// @dev Accepts the Pending keys of an attestWork batch; returns their work units and files (each
+    /// file reserves one validator fee).
     function _attestEach(uint256 poolId, bytes32[] calldata workKeys, address validator)
         private
         returns (uint256 units, uint256 accepted)
     {
         mapping(bytes32 => Work) storage works = _work[poolId];
         mapping(address => Member) storage members = _members[poolId];
-        uint40 now_ = uint40(block.timestamp);
         for (uint256 i = 0; i < workKeys.length; ++i) {
             bytes32 workKey = workKeys[i];
             Work storage work = works[workKey];
@@ -275,12 +323,100 @@ abstract contract PoolWorkLedger is PoolMembership {
                 emit WorkSkipped(poolId, workKey, status);
                 continue;
             }
-            head.status = WorkStatus.Accepted;
-            head.validator = validator;
-            head.statusSince = now_;
+            _setHead(head, WorkStatus.Accepted, validator);
             units += work.body.workUnits;
-            ++accepted;
+            accepted += head.files;
             emit WorkAttested(poolId, workKey, validator);
+        }
+    }
+
+    /// @dev The checks every submission passes: the caller is `node`, an active member of the Active
+    /// pool, still active in the registry under the provider it joined with. Returns that provider.
+    function _checkSubmitter(uint256 poolId, address node) private view returns (address provider) {
+        if (_msgSender() != node) revert ComputePoolCallerNotNode(node, _msgSender());
+        PoolStatus status = _pools[poolId].status;
+        if (status != PoolStatus.Active) revert ComputePoolNotActive(poolId, status);
+        Member memory member = _members[poolId][node];
+        if (member.state != MemberState.Active) revert ComputePoolNotMember(poolId, node);
+        provider = member.provider;
+        if (_registry.activeNodeProvider(node) != provider) revert ComputePoolNodeInactive(node);
+    }
+
+    /// @dev Checks a bundle's shape (1 to MAX_BUNDLE_FILES files, one unit count per key, keys strictly
+    /// ascending, no file of zero units) and returns its total units.
+    function _bundleUnits(uint256 poolId, bytes32[] calldata fileKeys, uint64[] calldata fileUnits)
+        private
+        pure
+        returns (uint64)
+    {
+        uint256 files = fileKeys.length;
+        if (files == 0 || files > MAX_BUNDLE_FILES || fileUnits.length != files) {
+            revert ComputePoolBadBundle(poolId, files, fileUnits.length);
+        }
+        uint256 units;
+        bytes32 previous;
+        for (uint256 i = 0; i < files; ++i) {
+            bytes32 fileKey = fileKeys[i];
+            if (i != 0 && fileKey <= previous) revert ComputePoolBadBundle(poolId, files, files);
+            uint64 fileUnit = fileUnits[i];
+            if (fileUnit == 0) revert ComputePoolZeroWorkUnits(poolId, fileKey);
+            unchecked {
+                // At most MAX_BUNDLE_FILES terms below 2^64 each.
+                units += fileUnit;
+            }
+            previous = fileKey;
+        }
+        if (units > type(uint64).max) revert ComputePoolBundleUnitsOverflow(poolId, units);
+        return uint64(units);
+    }
+
+    /// @dev Stores a new Pending submission of `files` files and holds its provider's stake for it.
+    function _record(
+        uint256 poolId,
+        bytes32 workKey,
+        address node,
+        address provider,
+        uint64 workUnits,
+        uint32 modelVersion,
+        uint8 files
+    ) private {
+        Work storage work = _work[poolId][workKey];
+        if (work.head.status != WorkStatus.None) revert ComputePoolDuplicateWork(poolId, workKey);
+        uint40 now_ = uint40(block.timestamp);
+        work.head = WorkHead({
+            status: WorkStatus.Pending,
+            validator: address(0),
+            statusSince: now_,
+            submittedAt: now_,
+            files: files
+        });
+        work.body = WorkBody({node: node, workUnits: workUnits, modelVersion: modelVersion});
+        ++_openWorkPlusOne[provider];
+    }
+
+    /// @dev Sets a submission's status, the validator that set it and its statusSince (now) in one
+    /// storage write; submittedAt and files stay. WorkHead is one slot: status in bits 0-7, validator
+    /// 8-167, statusSince 168-207, submittedAt 208-247, files 248-255.
+    function _setHead(WorkHead storage head, WorkStatus status, address validator) private {
+        assembly ("memory-safe") {
+            let kept := and(sload(head.slot), not(sub(shl(208, 1), 1)))
+            sstore(head.slot, or(kept, or(or(status, shl(8, validator)), shl(168, and(timestamp(), 0xffffffffff)))))
+        }
+    }
+
+    /// @dev Sets a submission's status and its statusSince (now) in one storage write; the rest stays.
+    function _setStatus(WorkHead storage head, WorkStatus status) private {
+        assembly ("memory-safe") {
+            let mask := or(0xff, shl(168, 0xffffffffff))
+            let kept := and(sload(head.slot), not(mask))
+            sstore(head.slot, or(kept, or(status, shl(168, and(timestamp(), 0xffffffffff)))))
+        }
+    }
+
+    /// @dev Copies a whole WorkHead (one slot) from `source` to `target`.
+    function _copyHead(WorkHead storage source, WorkHead storage target) private {
+        assembly ("memory-safe") {
+            sstore(target.slot, sload(source.slot))
         }
     }
 
@@ -302,29 +438,25 @@ abstract contract PoolWorkLedger is PoolMembership {
     function _rejectedHead(uint256 poolId, bytes32 workKey, Work storage work)
         private
         view
-        returns (WorkHead memory head)
+        returns (WorkHead storage head)
     {
         head = work.head;
         if (head.status != WorkStatus.Rejected) revert ComputePoolWorkNotRejected(poolId, workKey, head.status);
     }
 
     /// @dev Marks the work Invalid as `reporter`'s verdict, ejects and slashes the node's provider, and
-    /// slashes the attester when `previous` was an attestation.
+    /// slashes `attester` when the status before the rejection, `previous`, was Accepted.
     function _invalidate(
         Pool storage pool,
         uint256 poolId,
         bytes32 workKey,
-        WorkHead memory previous,
+        WorkStatus previous,
+        address attester,
         address reporter,
         bytes32 reason
     ) private {
         Work storage work = _work[poolId][workKey];
-        work.head = WorkHead({
-            status: WorkStatus.Invalid,
-            validator: reporter,
-            statusSince: uint40(block.timestamp),
-            submittedAt: previous.submittedAt
-        });
+        _setHead(work.head, WorkStatus.Invalid, reporter);
         address node = work.body.node;
         Member storage member = _members[poolId][node];
         address provider = member.provider;
@@ -337,11 +469,11 @@ abstract contract PoolWorkLedger is PoolMembership {
             emit NodeEjected(poolId, node, provider, true);
         }
         _distributeSlash(pool, poolId, workKey, provider, reporter);
-        if (previous.status == WorkStatus.Accepted) {
-            pool.reserved -= uint256(work.body.workUnits) * pool.rewardPerUnit + pool.validatorFee;
+        if (previous == WorkStatus.Accepted) {
+            pool.reserved -= uint256(work.body.workUnits) * pool.rewardPerUnit + pool.validatorFee * work.head.files;
             address[] memory paid = new address[](1);
             paid[0] = reporter;
-            _slashValidator(poolId, workKey, previous.validator, paid);
+            _slashValidator(poolId, workKey, attester, paid);
         }
     }
 
@@ -398,28 +530,28 @@ abstract contract PoolWorkLedger is PoolMembership {
         WorkBody memory body = work.body;
         Member storage member = members[body.node];
         --_openWorkPlusOne[member.provider];
+        uint256 fee = settlement.validatorFee * head.files;
         if (member.state == MemberState.Slashed) {
-            head.status = WorkStatus.Forfeited;
-            head.statusSince = uint40(block.timestamp);
-            settlement.reserved -= uint256(body.workUnits) * settlement.rewardPerUnit + settlement.validatorFee;
+            _setStatus(head, WorkStatus.Forfeited);
+            settlement.reserved -= uint256(body.workUnits) * settlement.rewardPerUnit + fee;
             emit WorkForfeited(settlement.poolId, workKey, body.node);
             return;
         }
-        _pay(settlement, workKey, body, member.provider, head.validator);
-        head.status = WorkStatus.Finalized;
-        head.statusSince = uint40(block.timestamp);
+        _pay(settlement, workKey, body, fee, member.provider, head.validator);
+        _setStatus(head, WorkStatus.Finalized);
     }
 
-    /// @dev Takes reward + fee of one submission from the batch budget and credits provider and validator.
+    /// @dev Takes reward + fee (the validator fee times the submission's files) of one submission from
+    /// the batch budget and credits provider and validator.
     function _pay(
         Settlement memory settlement,
         bytes32 workKey,
         WorkBody memory body,
+        uint256 fee,
         address provider,
         address validator
     ) private {
         uint256 reward = uint256(body.workUnits) * settlement.rewardPerUnit;
-        uint256 fee = settlement.validatorFee;
         uint256 needed = reward + fee;
         if (needed > settlement.budget) {
             revert ComputePoolBudgetExhausted(settlement.poolId, needed, settlement.budget);

@@ -20,6 +20,7 @@ the message closes one way to reuse a captured request:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
 import time
@@ -27,9 +28,10 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from eth_account import Account
+from coincurve import PublicKey
 from eth_account.messages import encode_defunct
 from eth_account.signers.local import LocalAccount
+from eth_hash.auto import keccak
 from eth_utils import is_address, to_checksum_address
 
 from proofpool.core.errors import ProofpoolError
@@ -43,6 +45,11 @@ MESSAGE_VERSION = "proofpool-request-v2"
 """First line of the signed text; v2 added chain id, ComputePool address and host (v1 had none,
 so a v1 signature recovers to another address and is refused as `address_mismatch`)."""
 DEFAULT_PORTS = (":80", ":443")
+EIP191_PREFIX = b"\x19Ethereum Signed Message:\n"
+"""`personal_sign`'s prefix (EIP-191 version 0x45), followed by the message length in decimal."""
+SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+CHECKSUM_CACHE_SIZE = 16_384
+"""Header addresses whose checksummed form is remembered (a fleet sends the same few thousand)."""
 
 
 class AuthError(ProofpoolError):
@@ -196,6 +203,51 @@ def sign_request(
     }
 
 
+@functools.lru_cache(maxsize=CHECKSUM_CACHE_SIZE)
+def _checksummed(address: str) -> str | None:
+    """The EIP-55 form of a header address, None if it is not an address (a wrong mixed-case
+    checksum included). Pure, so caching it changes no answer: a node's every request carries the
+    same address, and the check costs two keccaks."""
+    return to_checksum_address(address) if is_address(address) else None
+
+
+def personal_sign_digest(text: str) -> bytes:
+    """keccak256 of the EIP-191 `personal_sign` message of `text`: what `encode_defunct(text=...)`
+    signs, computed in one step."""
+    data = text.encode()
+    return keccak(EIP191_PREFIX + str(len(data)).encode() + data)
+
+
+def _standard_v(v: int) -> int:
+    """The recovery id (0 or 1) of a signature's last byte, as `eth_account` reads it: 0/1 as they
+    are, 27/28 (`personal_sign`), 35 and up as EIP-155 (`(v - 35) % 2`); `ValueError` otherwise."""
+    if v in (0, 1):
+        return v
+    if v in (27, 28):
+        return v - 27
+    if v >= 35:
+        return (v - 35) % 2
+    raise ValueError(f"v {v} is invalid, must be one of: 0, 1, 27, 28, 35+")
+
+
+def recover_address(digest: bytes, signature: bytes) -> bytes:
+    """The 20-byte address whose key made the 65-byte `signature` (r, s, v) of the 32-byte `digest`.
+
+    The same checks and the same answer as `Account.recover_message` (r and s below the curve
+    order, v as `_standard_v` reads it, libsecp256k1's recovery), without eth-account's and
+    eth-keys' layers of conversion around it, which cost twice the recovery itself on the
+    heartbeat path. `ValueError` (or coincurve's own error) for a signature that recovers nothing.
+    """
+    if len(signature) != 65 or len(digest) != 32:
+        raise ValueError("need a 65-byte signature of a 32-byte digest")
+    r, s = int.from_bytes(signature[:32], "big"), int.from_bytes(signature[32:64], "big")
+    if not (r < SECP256K1_N and s < SECP256K1_N):
+        raise ValueError("r or s is not below the secp256k1 order")
+    compact = signature[:64] + bytes((_standard_v(signature[64]),))
+    public = PublicKey.from_signature_and_message(compact, digest, hasher=None).format(compressed=False)
+    return keccak(public[1:])[-20:]
+
+
 def parse_headers(headers: Mapping[str, str]) -> SignedHeaders:
     """The signed-request headers, or `AuthError` naming what is missing or malformed."""
     lowered = {k.lower(): v for k, v in headers.items()}
@@ -205,7 +257,8 @@ def parse_headers(headers: Mapping[str, str]) -> SignedHeaders:
         if not value:
             raise AuthError("missing_header", f"header {name} is required")
         values[name] = value.strip()
-    if not is_address(values[HEADER_ADDRESS]):
+    address = _checksummed(values[HEADER_ADDRESS])
+    if address is None:
         raise AuthError("bad_address", f"{HEADER_ADDRESS} is not an address")
     try:
         timestamp = int(values[HEADER_TIMESTAMP])
@@ -220,7 +273,7 @@ def parse_headers(headers: Mapping[str, str]) -> SignedHeaders:
         raise AuthError("bad_signature", f"{HEADER_SIGNATURE} is not hex") from None
     if len(signature) != 65:
         raise AuthError("bad_signature", f"{HEADER_SIGNATURE} must be 65 bytes")
-    return SignedHeaders(to_checksum_address(values[HEADER_ADDRESS]), timestamp, nonce, signature)
+    return SignedHeaders(address, timestamp, nonce, signature)
 
 
 def audience_of(headers: Mapping[str, str], deployment: Deployment, hosts: Collection[str]) -> Audience:
@@ -260,10 +313,10 @@ def verify_request(
     window.check(signed.timestamp, time.time() if now is None else now)
     text = canonical_message(audience, method, path, body, signed.timestamp, signed.nonce)
     try:
-        recovered = Account.recover_message(encode_defunct(text=text), signature=signed.signature)
-    except Exception as exc:  # eth-keys raises several types for junk signatures
+        recovered = recover_address(personal_sign_digest(text), signed.signature)
+    except Exception as exc:  # coincurve raises its own types for junk signatures
         raise AuthError("bad_signature", "signature does not recover to an address") from exc
-    if recovered != signed.address:
+    if recovered != bytes.fromhex(signed.address[2:]):
         raise AuthError(
             "address_mismatch",
             f"signature is not from {signed.address} for this request to {audience.host} on "

@@ -20,6 +20,7 @@ from web3.types import TxReceipt
 
 from proofpool.core.spec import NO_SPEC
 from proofpool.infra.chain.artifacts import load_artifact
+from proofpool.infra.chain.bundles import MAX_BUNDLE_FILES, is_canonical
 from proofpool.infra.chain.calls import AbiFunction
 from proofpool.infra.chain.deploy import role_hash
 from proofpool.infra.chain.errors import ChainError
@@ -451,6 +452,37 @@ class ComputePool(ContractBinding):
     def submit_work(self, pool_id: int, node: str, work_key: bytes, work_units: int, model_version: int) -> TxReceipt:
         """Encoded by hand: a provider node sends one per batch (`proofpool.infra.chain.calls`)."""
         return self._send_encoded("submitWork", pool_id, to_checksum_address(node), work_key, work_units, model_version)
+
+    def submit_work_bundle(
+        self,
+        pool_id: int,
+        node: str,
+        file_keys: Sequence[bytes],
+        file_units: Sequence[int],
+        model_version: int,
+    ) -> TxReceipt:
+        """Record `file_keys` (with `file_units`) as one submission keyed `bundle_key(file_keys,
+        file_units)`. The files must already be canonical (`proofpool.infra.chain.bundles.canonical`):
+        a shape the contract would refuse raises ValueError here, before any gas is spent. Encoded by
+        hand, as `submit_work`."""
+        if not is_canonical(file_keys, file_units):
+            raise ValueError(
+                f"bundle of {len(file_keys)} keys and {len(file_units)} unit counts is not canonical "
+                f"(1..{MAX_BUNDLE_FILES} files, 32-byte keys strictly ascending, units in 1..2^64-1)"
+            )
+        return self._send_encoded(
+            "submitWorkBundle",
+            pool_id,
+            to_checksum_address(node),
+            [bytes(key) for key in file_keys],
+            list(file_units),
+            model_version,
+        )
+
+    def work_files(self, pool_id: int, work_key: bytes) -> int:
+        """Files of a submission: 1 for `submit_work`, the count of a bundle, 0 for an unknown key."""
+        (files,) = self._call_encoded("workFiles", pool_id, work_key)
+        return int(files)
 
     def attest_work(self, pool_id: int, work_keys: Sequence[bytes], evidence_sha256: bytes) -> TxReceipt:
         """Attest `work_keys`, committing to the sha256 of the batch's evidence."""
