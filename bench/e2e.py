@@ -16,12 +16,14 @@ machine's cores. Reported:
   indexer and the validators record in the database.
 
 Profiles (`--profiles`, run one after the other on fresh markets, so their figures sit side by
-side from one run): `tuned` is the devnet as it ships (workers and trainer niced, accepted verdicts
-wait at most `PROOFPOOL_VERDICT_MAX_WAIT` = 1 s for a batch); `baseline` puts back the settings
-the market ran with before (everything at one priority, 5 s batch wait).
+side from one run): `tuned` is the devnet as it ships (workers and trainer niced, accepted
+verdicts wait at most `PROOFPOOL_VERDICT_MAX_WAIT` = 1 s for a batch); `baseline` puts back the
+settings the market ran with before (everything at one priority, 5 s batch wait). What cannot be
+switched off is in both: validators started and warm before the workers, the scoring checks
+before the recomputation.
 
 Prints JSON lines and a table per profile, and writes `bench/results/e2e.jsonl`.
-Run: `.venv/bin/python -m bench.e2e [--steps 3] [--samples-per-step 256] [--profiles baseline,tuned]`.
+Run: `.venv/bin/python -m bench.e2e [--steps 3] [--samples-per-step 768] [--profiles baseline,tuned]`.
 """
 
 from __future__ import annotations
@@ -38,7 +40,16 @@ from typing import Any
 
 import httpx
 import psycopg
-from proofpool.devnet.run import WORKER_NICE, DevnetConfig, check_services, follow, market, settle, start_loop
+from proofpool.devnet.run import (
+    VALIDATOR_CONCURRENCY,
+    WORKER_NICE,
+    DevnetConfig,
+    check_services,
+    follow,
+    market,
+    settle,
+    start_loop,
+)
 from proofpool.devnet.services import stop_all
 from proofpool.devnet.stack import DevnetStack
 from proofpool.validator.stages import STAGES, TOTAL, stage_rows
@@ -48,8 +59,8 @@ from bench.market import emit
 
 REDIS_DB = 9
 PROFILES: dict[str, dict[str, Any]] = {
-    "baseline": {"nice": 0, "validator_env": {"PROOFPOOL_VERDICT_MAX_WAIT": "5"}},
-    "tuned": {"nice": WORKER_NICE, "validator_env": {}},
+    "baseline": {"nice": 0, "validator_concurrency": 1, "validator_env": {"PROOFPOOL_VERDICT_MAX_WAIT": "5"}},
+    "tuned": {"nice": WORKER_NICE, "validator_concurrency": VALIDATOR_CONCURRENCY, "validator_env": {}},
 }
 """Devnet settings per profile (module docstring)."""
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO proofpool\.worker\.node batch written .*?\bseconds=([0-9.]+)")
@@ -126,6 +137,7 @@ def run_profile(name: str, args: argparse.Namespace, out: Path) -> list[dict[str
         database="proofpool_bench_e2e",
         redis_db=REDIS_DB,
         nice=profile["nice"],
+        validator_concurrency=profile["validator_concurrency"],
         validator_env=profile["validator_env"],
     )
     common = {
@@ -208,7 +220,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--samples-per-step", type=int, default=256)
+    parser.add_argument("--samples-per-step", type=int, default=768)
     parser.add_argument(
         "--profiles", default="baseline,tuned", help=f"comma-separated, run in order: {', '.join(PROFILES)}"
     )

@@ -34,7 +34,7 @@ RL_ONLY: tuple[str, ...] = (
     "steps", "samples_per_step", "async_level", "wait_timeout", "base_model", "lr", "heldout_problems"
 )  # fmt: skip
 """Options of GRPO training, refused on a training pool."""
-TRAINING_ONLY: tuple[str, ...] = ("rounds",)
+TRAINING_ONLY: tuple[str, ...] = ("rounds", "poll_interval")
 """Options of the DiLoCo aggregator, refused on an RL pool."""
 
 COLLECTIVE_MARGIN = timedelta(hours=1)
@@ -79,6 +79,13 @@ def run(
         int | None,
         typer.Option(min=1, help="Training pools: rounds to close now. Default: until stopped."),
     ] = None,
+    poll_interval: Annotated[
+        float | None,
+        typer.Option(
+            min=0.05,
+            help="Training pools: seconds between two looks at the open round. Default: 2.",
+        ),
+    ] = None,
 ) -> None:
     """Train the pool's model and publish each result as the next checkpoint.
 
@@ -95,8 +102,8 @@ def run(
     its minimum of files; the files are averaged, the outer Nesterov step applied and checkpoint
     v+1 published with its momentum and round record (`proofpool ledger verify-round` recomputes
     it). Its state is the chain and the store: a restarted aggregator publishes the same bytes.
-    One line per round, and rounds.jsonl in the state directory. Only --rounds, --shard-mb and
-    --state-dir (and the connection options) apply; the GRPO options are refused.
+    One line per round, and rounds.jsonl in the state directory. Only --rounds, --poll-interval,
+    --shard-mb and --state-dir (and the connection options) apply; the GRPO options are refused.
     """
     from proofpool.trainer.config import GrpoConfig
     from proofpool.trainer.train import TrainerConfig, abort_followers, follow_trainer, run_trainer
@@ -151,7 +158,7 @@ def run(
                 abort_followers(world, exc)  # they wait for rank 0's first command
                 raise
             if training:
-                _aggregate(config, rounds, client, backend_url, stop)
+                _aggregate(config, rounds, poll_interval, client, backend_url, stop)
                 finished = True
                 return
             with LedgerClient(backend_url or settings.backend_url) as ledger:
@@ -187,7 +194,12 @@ def _check_options(ctx: typer.Context, pool: int, model_uri: str) -> bool:
 
 
 def _aggregate(
-    config: TrainerConfig, rounds: int | None, client: ChainClient, backend_url: str | None, stop: threading.Event
+    config: TrainerConfig,
+    rounds: int | None,
+    poll_interval: float | None,
+    client: ChainClient,
+    backend_url: str | None,
+    stop: threading.Event,
 ) -> None:
     """Run the DiLoCo aggregator of a training pool with the paths and settings of `config`."""
     from proofpool.trainer.aggregate import AggregatorConfig, run_aggregator
@@ -199,6 +211,7 @@ def _aggregate(
     aggregator = AggregatorConfig(
         pool_id=config.pool_id,
         rounds=rounds,
+        **({} if poll_interval is None else {"poll_interval": poll_interval}),
         shard_size=config.shard_size,
         state_dir=config.state_dir,
         checkpoint_cache_dir=config.checkpoint_cache_dir,

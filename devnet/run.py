@@ -116,6 +116,13 @@ validators' cores whenever a file waits to be judged, and a provider waits that 
 (bench/e2e.py measures both). Niced, they use every cycle the validators leave idle."""
 
 
+VALIDATOR_CONCURRENCY = 1
+"""Validation slots (threads) per devnet validator. Two were measured and judged no more files: a devnet
+file's checks are mostly Python (claims, store, chain reads, evidence) and the slots share one
+interpreter, so each file took longer (bench/e2e.py: `checks` p50 0.18 s -> 0.31 s, `queue` longer).
+More validators are more processes (docs/validator-scaling.md)."""
+
+
 @dataclass(frozen=True)
 class DevnetConfig:
     """What `proofpool devnet run` runs."""
@@ -142,6 +149,8 @@ class DevnetConfig:
     """Validator processes (validator, validator2)."""
     nice: int = WORKER_NICE
     """Niceness of the workers and the trainer (`WORKER_NICE`); 0 runs them at the validators' priority."""
+    validator_concurrency: int = VALIDATOR_CONCURRENCY
+    """Validation slots (threads) per validator process (`VALIDATOR_CONCURRENCY`)."""
     validator_env: Mapping[str, str] = field(default_factory=dict)
     """Settings added to the validators' environment (e.g. `PROOFPOOL_VERDICT_MAX_WAIT`)."""
 
@@ -309,10 +318,16 @@ def compute_shares(config: DevnetConfig, trainer: str) -> dict[str, tuple[int, .
 
 
 def start_validators(
-    run: DevnetRun, shares: Mapping[str, tuple[int, ...]], say: Say, env: Mapping[str, str] | None = None
+    run: DevnetRun,
+    shares: Mapping[str, tuple[int, ...]],
+    say: Say,
+    env: Mapping[str, str] | None = None,
+    *,
+    wait: bool = True,
 ) -> None:
     """Give the first `config.validators` validators of the cast the role and start each as
-    `proofpool validator run` (a Celery worker process with its own key), with `env` added."""
+    `proofpool validator run` (a Celery worker process with its own key), with `env` added; with
+    `wait`, return once each takes tasks (`validator_ready`)."""
     stack, root = run.stack, run.config.out_dir
     admin = stack.admin
     for name, validator in stack.cast.validators()[: run.config.validators]:
@@ -322,7 +337,10 @@ def start_validators(
         run.metrics_ports[name] = port
         run.validators[name] = stack.spawn(
             name,
-            ["validator", "run", "--concurrency", "1", "--metrics-port", str(port), "--loglevel", "WARNING"],
+            [
+                *("validator", "run", "--concurrency", str(run.config.validator_concurrency)),
+                *("--metrics-port", str(port), "--loglevel", "WARNING"),
+            ],
             {
                 "PROOFPOOL_PRIVATE_KEY": validator.key.hex(),
                 # A validator killed mid-task holds its claim this long before another takes over.
@@ -332,7 +350,7 @@ def start_validators(
             | dict(env or {})
             | thread_environment(shares[name]),
         )
-    for name, service in run.validators.items():
+    for name, service in run.validators.items() if wait else ():
         port = run.metrics_ports[name]
         wait_until(
             lambda port=port: validator_ready(port),
@@ -341,7 +359,8 @@ def start_validators(
             service=service,
             poll=0.5,
         )
-    say(f"validators {', '.join(run.validators)} started and warmed up (Celery worker processes)")
+    state = "started and warmed up" if wait else "starting"
+    say(f"validators {', '.join(run.validators)} {state} (Celery worker processes)")
 
 
 VALIDATOR_READY_TIMEOUT = 300.0
@@ -442,7 +461,7 @@ def settle(run: DevnetRun, say: Say) -> Snapshot:
                 f"{snapshot.pending} submission(s) still without a verdict after {run.config.verdict_timeout:.0f} s"
             )
         say(f"waiting for {snapshot.pending} verdict(s)")
-        time.sleep(3)
+        time.sleep(0.5)
         snapshot = read_snapshot(stack, run)
     with deferred_interrupts():
         stop_all(list(run.validators.values()), timeout=30)

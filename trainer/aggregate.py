@@ -75,7 +75,8 @@ class AggregatorConfig(BaseModel):
     rounds: int | None = Field(None, ge=1)
     """Rounds to close in this invocation; None: until stopped."""
     poll_interval: float = Field(2.0, gt=0)
-    """Seconds between two looks at the open round."""
+    """Seconds between two looks at the open round (`trainer run --poll-interval`): a round closes up to
+    this long after its last file was accepted, and each look costs the backend two ledger queries."""
     shard_size: int = Field(DEFAULT_SHARD_SIZE, ge=1024)
     state_dir: Path
     """rounds.jsonl, and the scratch copy of each checkpoint before it is published."""

@@ -77,6 +77,12 @@ AGGREGATOR = "aggregator"
 """The aggregator's service name (its log: stack/aggregator.log)."""
 VALIDATOR_ENV = {"PROOFPOOL_VERDICT_MAX_WAIT": "0.5"}
 """A round waits for its files' attestations: the devnet's validators attest each at once."""
+AGGREGATOR_POLL_INTERVAL = 0.25
+"""Seconds between the aggregator's looks at the open round. A devnet round is a few seconds of work,
+so the production default (2 s) would be most of its period."""
+WORKER_IDLE_INTERVAL = 0.5
+"""Seconds between a waiting worker's looks for the next checkpoint (the RL devnet's 1 s would be a
+third of a round); 0.5 s keeps four workers' heartbeats a small load on the backend."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +190,7 @@ class TrainingRun:
             AGGREGATOR,
             [
                 *("trainer", "run", "--pool", str(self.stack.pool_id), "--rounds", str(rounds)),
-                *("--state-dir", str(root / "aggregator")),
+                *("--poll-interval", str(AGGREGATOR_POLL_INTERVAL), "--state-dir", str(root / "aggregator")),
             ],
             {
                 "PROOFPOOL_PRIVATE_KEY": self.stack.cast.manager.key.hex(),
@@ -285,14 +291,17 @@ def start_training(config: DilocoConfig, stack: DevnetStack, spec: DilocoSpec, s
     """Start the validators, the aggregator and the workers (the last one cheating, if set)."""
     market_config = config.market_config()
     run = TrainingRun(config, DevnetRun(market_config, stack), spec, compute_shares(market_config, AGGREGATOR))
-    start_validators(run.market, run.shares, say, VALIDATOR_ENV)
+    # Not waited for: a training file waits for its replay anyway, and the aggregator and workers start meanwhile.
+    start_validators(run.market, run.shares, say, VALIDATOR_ENV, wait=False)
     run.start_aggregator(config.rounds)
     say(f"aggregator started: {config.rounds} rounds, deadline {spec.round.deadline_seconds} s")
     providers = stack.cast.providers()[: config.workers]
     run.market.cheater = providers[-1][0] if config.cheat else None
     for name, provider, node in providers:
         cheat = ["--train-cheat", str(config.cheat)] if name == run.market.cheater else []
-        start_worker(run.market, name, provider, node, run.shares[name], cheat)
+        # Given after start_worker's own --idle-interval: the last value of an option wins.
+        idle = ["--idle-interval", str(WORKER_IDLE_INTERVAL)]
+        start_worker(run.market, name, provider, node, run.shares[name], [*idle, *cheat])
     honest = [name for name in run.market.workers if name != run.market.cheater]
     cheating = f", {run.market.cheater}'s node cheats ({config.cheat})" if run.market.cheater else ""
     say(f"workers started: {', '.join(honest)} honest{cheating}")

@@ -66,7 +66,13 @@ def make_celery(settings: Settings, name: str) -> Celery:
         task_reject_on_worker_lost=True,
         worker_prefetch_multiplier=1,
         task_ignore_result=True,
-        broker_transport_options={"visibility_timeout": settings.celery_visibility_timeout},
+        # kombu re-queues a dead worker's unacked tasks when a consumer starts, then every
+        # interval x throttle seconds (10 x 10 by default): throttle 1 brings a lost task back
+        # within the visibility timeout + 10 s, as docs/indexer.md says.
+        broker_transport_options={
+            "visibility_timeout": settings.celery_visibility_timeout,
+            "unacked_restore_throttle": 1,
+        },
         broker_connection_retry_on_startup=True,
         enable_utc=True,
         task_default_queue=VALIDATE_QUEUE,

@@ -38,6 +38,10 @@ class Service:
     pattern: str
     ready: str
     timeout: float = 180.0
+    deferred: bool = False
+    """No later command needs it: the session goes on at once, and `until_ready` (after the guide's last
+    command) checks that it became ready within `timeout` of its start, so its start overlaps the
+    commands after it."""
 
     def matches(self, text: str) -> bool:
         return re.search(self.pattern, text) is not None
@@ -49,6 +53,10 @@ class Started:
     text: str
     process: subprocess.Popen[bytes]
     log: Path
+    service: Service
+    deadline: float
+    """When it must have become ready (monotonic clock)."""
+    ready: bool = False
 
 
 @dataclass
@@ -70,8 +78,26 @@ class GuideShell:
     def run_all(self, commands: list[Command], before: Callable[[Command], None] | None = None) -> None:
         for command in commands:
             if before is not None:
+                started = time.monotonic()
                 before(command)
+                self._took("(the market before the next command)", started)
+            started = time.monotonic()
             self.run(command)
+            self._took(command.where, started)
+
+    def until_ready(self) -> None:
+        """Wait until every service started is ready: the deferred ones were not waited for."""
+        started = time.monotonic()
+        for service in self.started:
+            self._until_ready(service)
+        self._took("(the services started without waiting, until ready)", started)
+
+    def _took(self, what: str, started: float) -> None:
+        """Note in the transcript how long `what` took when it took a while: where a slow guide
+        run spends its time."""
+        seconds = time.monotonic() - started
+        if seconds >= 0.5:
+            self.transcript.append(f"# {seconds:.1f} s: {what}")
 
     def run(self, command: Command) -> str:
         """Run one documented command; returns what it printed (a service: its log so far)."""
@@ -94,15 +120,21 @@ class GuideShell:
         raise KeyError(f"no command matching {pattern!r} has run")
 
     def fill(self, text: str) -> str:
-        """`text` with every placeholder replaced, longest first (so `0xNODE_B` wins over `0xNODE`)."""
-        for placeholder in sorted(self.substitutions, key=len, reverse=True):
-            if placeholder in text:
-                value = self.substitutions[placeholder]
-                if callable(value):
-                    value = value()
-                    self.substitutions[placeholder] = value
-                text = text.replace(placeholder, value)
-        return text
+        """`text` with every placeholder replaced, longest first (so `0xNODE_B` wins over `0xNODE`), in
+        one pass: a value put in is never searched again (a signature's hex may hold `8791`, a port
+        placeholder)."""
+        if not self.substitutions:
+            return text
+        placeholders = sorted(self.substitutions, key=len, reverse=True)
+        pattern = re.compile("|".join(re.escape(p) for p in placeholders))
+
+        def value(match: re.Match[str]) -> str:
+            found = self.substitutions[match.group(0)]
+            if callable(found):
+                found = self.substitutions[match.group(0)] = found()
+            return found
+
+        return pattern.sub(value, text)
 
     def sh(self, text: str, command: Command | None = None, timeout: float = COMMAND_TIMEOUT) -> str:
         """Run `text` in bash with the session's environment; keep what it exported. Raises
@@ -149,21 +181,32 @@ class GuideShell:
         log.parent.mkdir(exist_ok=True)
         with log.open("wb") as sink:
             process = subprocess.Popen(**self._bash(text), stdout=sink, stderr=subprocess.STDOUT)
-        self.started.append(Started(command, text, process, log))
-        deadline = time.monotonic() + service.timeout
+        started = Started(command, text, process, log, service, time.monotonic() + service.timeout)
+        self.started.append(started)
+        if service.deferred:
+            return log.read_text(errors="replace")
+        return self._until_ready(started)
+
+    def _until_ready(self, started: Started) -> str:
+        """Wait until the log of `started` shows it is ready (and prints what the guide shows);
+        returns the log so far."""
+        command, text, service = started.command, started.text, started.service
         while True:
-            content = log.read_text(errors="replace")
-            if re.search(service.ready, content):
-                self._check_output(command, content)
+            content = started.log.read_text(errors="replace")
+            if started.ready or re.search(service.ready, content):
+                if not started.ready:
+                    self._check_output(command, content)
+                    started.ready = True
                 return content
-            if process.poll() is not None:
-                raise GuideFailure(f"{command.where}: `{text}` exited {process.returncode}:\n{content[-4000:]}")
-            if time.monotonic() > deadline:
+            if started.process.poll() is not None:
+                code = started.process.returncode
+                raise GuideFailure(f"{command.where}: `{text}` exited {code}:\n{content[-4000:]}")
+            if time.monotonic() > started.deadline:
                 raise GuideFailure(
                     f"{command.where}: `{text}` not ready after {service.timeout:.0f} s"
                     f" (waiting for /{service.ready}/):\n{content[-4000:]}"
                 )
-            time.sleep(0.5)
+            time.sleep(0.25)
 
     def service_log(self, pattern: str) -> str:
         """The log of the started service whose command matches `pattern`."""
@@ -189,22 +232,40 @@ class GuideShell:
     def close(self) -> None:
         """Stop every service and leave the session's transcript in `transcript.txt` of the working
         directory (pytest keeps the last runs' temporary folders)."""
+        begun = time.monotonic()
+        running = [s for s in reversed(self.started) if s.process.poll() is None]
+        took = _stop_groups([s.process for s in running], 30.0)
+        for started, seconds in zip(running, took, strict=True):
+            self.transcript.append(f"# {seconds:.1f} s to stop `{started.text}`")
+        self._took(f"stopping {len(running)} service(s) side by side", begun)
         (self.workdir / "transcript.txt").write_text("\n".join(self.transcript) + "\n")
-        for started in reversed(self.started):
-            if started.process.poll() is None:
-                _stop_group(started.process, 30.0)
 
 
 def _stop_group(process: subprocess.Popen[bytes], timeout: float) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        process.wait(timeout=timeout)
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)  # children a service left behind go too
-    process.wait(timeout=10)
+    _stop_groups([process], timeout)
+
+
+def _stop_groups(processes: list[subprocess.Popen[bytes]], timeout: float) -> list[float]:
+    """SIGTERM every process group at once, give them `timeout` seconds together, then SIGKILL
+    what is left: the services shut down side by side (each may take seconds to finish its work),
+    and a service that would hang cannot hold the test longer than `timeout`. Returns the seconds
+    each took to exit (`timeout` for one that had to be killed)."""
+    begun = time.monotonic()
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+    exited: dict[int, float] = {}
+    deadline = begun + timeout
+    while len(exited) < len(processes) and time.monotonic() < deadline:
+        for process in processes:
+            if process.pid not in exited and process.poll() is not None:
+                exited[process.pid] = time.monotonic() - begun
+        time.sleep(0.1)
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)  # children a service left behind go too
+        process.wait(timeout=10)
+    return [exited.get(p.pid, timeout) for p in processes]
 
 
 def _slug(text: str) -> str:

@@ -36,7 +36,9 @@ SERVICES = (
     Service(r"proofpool backend sweep(?!.*--once)", r"sweep"),
     Service(r"proofpool worker run", r"joined pool|checkpoint \d+.* loaded", timeout=300.0),
     Service(r"proofpool validator run", r"ready\.", timeout=240.0),
-    Service(r"proofpool trainer run", r"trainer|step|held-out", timeout=240.0),
+    # The pool's trainer: no documented command waits for it, so its start (minutes on a busy machine:
+    # torch, the model, the held-out score) overlaps the commands after it.
+    Service(r"proofpool trainer run", r"trainer|step|held-out", timeout=240.0, deferred=True),
     Service(r"proofpool relay serve", r"relay on http"),
 )
 """Commands that keep running, and the log line that says each is ready."""
@@ -60,6 +62,7 @@ def test_operator_validator_provider_and_auditor_guides(tmp_path: Path) -> None:
             assert commands, f"no commands in {doc} from {first!r} to {stop!r}"
             shell.run_all(commands, before=market.before)
             shell.check_services_alive()
+        shell.until_ready()
 
 
 def test_readme_by_hand(tmp_path: Path) -> None:
@@ -69,6 +72,7 @@ def test_readme_by_hand(tmp_path: Path) -> None:
         assert len(commands) > 10, f"the README's section {section!r} lost its commands"
         with reader(stack, teardown="proofpool chain down; proofpool storage down; true") as (shell, market):
             shell.run_all(commands, before=market.before)
+            shell.until_ready()
             shell.check_services_alive()
 
 
@@ -209,7 +213,7 @@ class Market:
             self.shell.check_services_alive()
             if time.monotonic() > deadline:
                 raise GuideFailure(f"no {what} after {timeout:.0f} s")
-            time.sleep(2.0)
+            time.sleep(0.5)  # one ledger query: the reader's next command runs as soon as it can
 
 
 def _ledger_items(backend: str, listing: str, **params: object) -> list[dict]:

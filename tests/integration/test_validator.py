@@ -57,6 +57,9 @@ SMALL_UPLOAD_CAP = 1 << 20
 SECOND_VALIDATOR = Account.from_key(ANVIL_KEYS[8])
 CHALLENGE_WINDOW = 240
 """Seconds the contest test's pool gives a rejection (the review takes a few)."""
+VISIBILITY_TIMEOUT = 10.0
+"""The validators' PROOFPOOL_CELERY_VISIBILITY_TIMEOUT: seconds before Redis may redeliver the task of
+a killed worker."""
 
 
 def spawn_validator(market: Market, account: LocalAccount, name: str, metrics_port: int = 0) -> Service:
@@ -65,7 +68,7 @@ def spawn_validator(market: Market, account: LocalAccount, name: str, metrics_po
         name,
         ["validator", "run", "--key", account.key.hex(), "--concurrency", "1", "--metrics-port", str(port)],
         {
-            "PROOFPOOL_CELERY_VISIBILITY_TIMEOUT": "10",
+            "PROOFPOOL_CELERY_VISIBILITY_TIMEOUT": str(int(VISIBILITY_TIMEOUT)),
             "PROOFPOOL_VALIDATOR_MISSING_GRACE": "4",
             "PROOFPOOL_UPLOAD_MAX_BYTES": str(SMALL_UPLOAD_CAP),
             "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(market.stack.root / "validator-checkpoints"),
@@ -322,6 +325,14 @@ def test_one_batch_in_two_files_is_paid_once(bench: Bench) -> None:
 
 
 def test_sigkill_mid_task_redelivers_and_exactly_one_verdict_lands(bench: Bench, seaweed: SeaweedProcess) -> None:
+    """The validator is SIGKILLed while its task downloads the file; the task goes back to the queue
+    and the restarted validator judges the submission, once.
+
+    Kombu's Redis transport puts back unacknowledged tasks older than the visibility timeout when a
+    consumer starts, and after that only every 100 s (`unacked_restore_interval` 10 s times
+    `unacked_restore_throttle` 10). So the restarted validator is started once the killed task is
+    that old: started sooner, its first look would find the task too young and the next one would
+    come 100 s later."""
     key = bench.submit_rows()
     os.kill(seaweed.pid, signal.SIGSTOP)  # the task hangs in its download: killed mid-task
     try:
@@ -331,11 +342,13 @@ def test_sigkill_mid_task_redelivers_and_exactly_one_verdict_lands(bench: Bench,
                 return conn.execute("SELECT 1 FROM validations WHERE work_key = %s", (key,)).fetchone() is not None
 
         wait_until(claimed, timeout=VERDICT_TIMEOUT, what="the task to claim the submission", service=bench.validator)
+        claimed_at = time.monotonic()  # the task was delivered before it claimed
         for child in children_of(bench.validator):
             child.kill()
         bench.validator.kill()
     finally:
         os.kill(seaweed.pid, signal.SIGCONT)
+    time.sleep(max(0.0, claimed_at + VISIBILITY_TIMEOUT + 0.5 - time.monotonic()))
     bench.validator = spawn_validator(bench.market, bench.market.stack.cast.validator, "validator-restarted")
     assert bench.verdict(key, timeout=VERDICT_TIMEOUT + 30) == ("accepted", None)
     time.sleep(2)  # a second verdict would follow within a flush interval

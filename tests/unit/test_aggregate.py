@@ -140,6 +140,7 @@ def test_rounds_file_appends_lines_and_skips_a_torn_last_one(tmp_path: Path) -> 
         (["--steps", "3", "--lr", "0.1"], DILOCO_URI, "--steps, --lr: not an option for pool 1, a training pool"),
         (["--steps", "3"], "devnet://arithmetic", None),
         (["--rounds", "2"], "devnet://arithmetic", "--rounds: not an option for pool 1, an RL pool"),
+        (["--poll-interval", "0.5"], "devnet://arithmetic", "--poll-interval: not an option for pool 1, an RL pool"),
     ],
 )
 def test_trainer_run_refuses_options_of_the_other_kind_of_pool(
