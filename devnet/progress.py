@@ -29,7 +29,8 @@ class NodeLine:
     role: str
     """"honest" or the cheat mode."""
     counts: dict[str, int]
-    """Files by the status of their submission (pending, accepted, rejected, invalid, finalized, forfeited, expired)."""
+    """Submissions (a bundle counts once) by status (pending, accepted, rejected, invalid, finalized,
+    forfeited, expired)."""
     member_state: str
     slashed: int
     """Base units of the provider's stake slashed in this pool."""
@@ -71,7 +72,10 @@ class Snapshot:
     accepted_keys: list[bytes] = field(repr=False)
     """Accepted (not yet finalized) work keys."""
     submissions: list[tuple[str, str]] = field(default_factory=list, repr=False)
-    """(node, work key hex) of every submission."""
+    """(node, work key hex) of every judged submission (a bundle's key for a bundle)."""
+    files: list[tuple[str, str]] = field(default_factory=list, repr=False)
+    """(node, file key hex) of every file of the judged submissions: a bundle's files one by one,
+    a single file's key as itself (the keys its file is stored under)."""
     verdicts_per_key: Counter[str] = field(default_factory=Counter, repr=False)
     """Verdict events per work key (0x hex): exactly one for every judged submission."""
 
@@ -105,8 +109,8 @@ def read_snapshot(stack: DevnetStack, run: DevnetRun) -> Snapshot:
         rewards = ledger.items("rewards", {"pool_id": pool})
         verdicts = ledger.items("verdicts", {"pool_id": pool})
     by_node: dict[str, Counter[str]] = {}
-    for row in submissions:  # files, not submissions: a bundle counts each of its files
-        by_node.setdefault(row["node"], Counter())[row["status"]] += len(row.get("files") or ()) or 1
+    for row in submissions:  # on-chain submissions: a bundle is one, with one verdict
+        by_node.setdefault(row["node"], Counter())[row["status"]] += 1
     nodes = []
     for name, provider, node in stack.cast.providers():
         if name not in run.workers:
@@ -144,6 +148,12 @@ def read_snapshot(stack: DevnetStack, run: DevnetRun) -> Snapshot:
         pending=sum(1 for row in submissions if row["status"] == "pending"),
         accepted_keys=[bytes.fromhex(row["work_key"][2:]) for row in submissions if row["status"] == "accepted"],
         submissions=[(row["node"], row["work_key"]) for row in submissions if row["status"] != "pending"],
+        files=[
+            (row["node"], key)
+            for row in submissions
+            if row["status"] != "pending"
+            for key in ([f["work_key"] for f in row["files"]] if row.get("files") else [row["work_key"]])
+        ],
         verdicts_per_key=Counter(v["work_key"] for v in verdicts),
     )
 

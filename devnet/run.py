@@ -548,15 +548,15 @@ def closing_checks(
     key_of: Callable[[int, str, str], str],
 ) -> tuple[list[str] | None, list[str]]:
     """The checks after a run, for either kind of pool: the ledger rebuilt from chain events and
-    diffed with PostgreSQL (`verify`, None: skipped), and the submitted work keys whose file is not
-    in the store under `key_of(pool, node, sha256)` (`rollout_key` or `update_key`)."""
+    diffed with PostgreSQL (`verify`, None: skipped), and the submitted files (each file of a
+    bundle) not in the store under `key_of(pool, node, sha256)` (`rollout_key` or `update_key`)."""
     ledger_problems = None
     if verify is not None:
         say("verifying the ledger: rebuilding it from chain events alone and diffing it with PostgreSQL")
         ledger_problems = verify(stack)
     missing = [
         key
-        for node, key in snapshot.submissions
+        for node, key in snapshot.files
         if store.head_object(key_of(stack.pool_id, node, key.removeprefix("0x"))) is None
     ]
     return ledger_problems, missing

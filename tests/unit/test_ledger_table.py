@@ -30,6 +30,7 @@ SAMPLES: dict[Kind, Any] = {
     Kind.TEXT: "s3://proofpool/pools/1/checkpoints/3",
     Kind.TIMESTAMP: "2026-11-26T20:11:30Z",
     Kind.HASH: HASH,
+    Kind.FILES: [{"work_key": HASH, "work_units": 42}, {"work_key": HASH, "work_units": 7}],
 }
 
 
@@ -133,7 +134,8 @@ def test_at_80_columns_the_table_fits_and_no_header_or_value_is_cut(backend: Fak
 def test_submissions_at_80_columns_leave_out_the_last_columns_and_say_so(backend: FakeLedger) -> None:
     backend.rows["submissions"] = [_row(LISTINGS["submissions"])]
     out, err = ledger(backend, "submissions")
-    assert out.splitlines()[1].split() == ["pool_id", "work_key", "node", "status", "work_units", "submitted_at"]
+    header = ["pool_id", "work_key", "node", "status", "work_units", "files", "submitted_at"]
+    assert out.splitlines()[1].split() == header
     assert err.split("\n")[0].startswith("left out to fit 80 columns: block_number, tx_hash")
 
 
