@@ -187,18 +187,20 @@ def node_blacklisted(cur: Cursor, e: IndexedEvent) -> None:
 # --- ComputePool: work ----------------------------------------------------------------------
 
 
+def _submission(e: IndexedEvent) -> dict[str, Any]:
+    """The columns a `WorkSubmitted` and a `WorkBundleSubmitted` both set."""
+    return {
+        **_work(e),
+        "node": e.args["node"],
+        "provider": e.args["provider"],
+        "work_units": e.args["workUnits"],
+        "model_version": e.args["modelVersion"],
+        "time": e.block_time,
+    }
+
+
 def work_submitted(cur: Cursor, e: IndexedEvent) -> None:
-    cur.execute(
-        sql.WORK_SUBMITTED,
-        {
-            **_work(e),
-            "node": e.args["node"],
-            "provider": e.args["provider"],
-            "work_units": e.args["workUnits"],
-            "model_version": e.args["modelVersion"],
-            "time": e.block_time,
-        },
-    )
+    cur.execute(sql.WORK_SUBMITTED, _submission(e))
 
 
 def work_bundle_submitted(cur: Cursor, e: IndexedEvent) -> None:
@@ -207,12 +209,7 @@ def work_bundle_submitted(cur: Cursor, e: IndexedEvent) -> None:
     cur.execute(
         sql.WORK_BUNDLE_SUBMITTED,
         {
-            **_work(e),
-            "node": e.args["node"],
-            "provider": e.args["provider"],
-            "work_units": e.args["workUnits"],
-            "model_version": e.args["modelVersion"],
-            "time": e.block_time,
+            **_submission(e),
             "file_keys": [hex_bytes(key) for key in e.args["fileKeys"]],
             "file_units": [int(units) for units in e.args["fileUnits"]],
         },
