@@ -59,8 +59,18 @@ from bench.market import emit
 
 REDIS_DB = 9
 PROFILES: dict[str, dict[str, Any]] = {
-    "baseline": {"nice": 0, "validator_concurrency": 1, "validator_env": {"PROOFPOOL_VERDICT_MAX_WAIT": "5"}},
-    "tuned": {"nice": WORKER_NICE, "validator_concurrency": VALIDATOR_CONCURRENCY, "validator_env": {}},
+    "baseline": {
+        "nice": 0,
+        "validator_concurrency": 1,
+        "validator_env": {"PROOFPOOL_VERDICT_MAX_WAIT": "5"},
+        "worker_env": {"PROOFPOOL_WORKER_RELOAD_IN_PLACE": "false"},
+    },
+    "tuned": {
+        "nice": WORKER_NICE,
+        "validator_concurrency": VALIDATOR_CONCURRENCY,
+        "validator_env": {},
+        "worker_env": {},
+    },
 }
 """Devnet settings per profile (module docstring)."""
 BATCH_LINE = re.compile(r"^(\S+ \S+) INFO proofpool\.worker\.node batch written .*?\bseconds=([0-9.]+)")
@@ -139,6 +149,7 @@ def run_profile(name: str, args: argparse.Namespace, out: Path) -> list[dict[str
         nice=profile["nice"],
         validator_concurrency=profile["validator_concurrency"],
         validator_env=profile["validator_env"],
+        worker_env=profile["worker_env"],
     )
     common = {
         "bench": "e2e",

