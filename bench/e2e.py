@@ -16,11 +16,12 @@ machine's cores. Reported:
   indexer and the validators record in the database.
 
 Profiles (`--profiles`, run one after the other on fresh markets, so their figures sit side by
-side from one run): `tuned` is the devnet as it ships (workers and trainer niced, accepted
-verdicts wait at most `PROOFPOOL_VERDICT_MAX_WAIT` = 1 s for a batch); `baseline` puts back the
-settings the market ran with before (everything at one priority, 5 s batch wait). What cannot be
-switched off is in both: validators started and warm before the workers, the scoring checks
-before the recomputation.
+side from one run): `tuned` is the devnet as it ships (workers and trainer niced, their sessions
+included; accepted verdicts wait at most `PROOFPOOL_VERDICT_MAX_WAIT` = 1 s for a batch; workers
+load each new checkpoint into their running engine); `baseline` puts back the settings the market
+ran with before (everything at one priority, 5 s batch wait, a new vLLM engine per checkpoint:
+`PROOFPOOL_WORKER_RELOAD_IN_PLACE=false`). What cannot be switched off is in both: validators
+started and warm before the workers, the scoring checks before the recomputation.
 
 Prints JSON lines and a table per profile, and writes `bench/results/e2e.jsonl`.
 Run: `.venv/bin/python -m bench.e2e [--steps 3] [--samples-per-step 768] [--profiles baseline,tuned]`.

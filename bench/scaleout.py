@@ -8,7 +8,8 @@ the per-file cost is the process's own CPU. Measured here on the devnet market:
 1. Backlog. The market runs for real (anvil, SeaweedFS, PostgreSQL
    `proofpool_bench_scaleout_<random>`, Redis db 2, the indexer dispatching a task per submission,
    the backend; no trainer: the workers generate at model version 0). Honest workers (bob, carol;
-   `proofpool worker run`, each on its own core) generate and submit while NO validator runs, until
+   `proofpool worker run --max-bundle 1`, each on its own core: one file per submission, so a decided
+   submission is a judged file) generate and submit while NO validator runs, until
    `--backlog` submissions wait in the `validate` queue; then the workers stop, so the phases'
    CPU is the validators'.
 2. Phase 1: one validator process (`devnet.run.start_validators`: one validation slot, one
@@ -255,7 +256,7 @@ def build_backlog(market: BenchMarket, workers: int, backlog: int, cores: Sequen
     started = time.monotonic()
     for i, name in enumerate(WORKERS[:workers]):
         provider, node = providers[name]
-        start_worker(run, name, provider, node, (cores[i % len(cores)],))
+        start_worker(run, name, provider, node, (cores[i % len(cores)],), ("--max-bundle", "1"))
     print(f"workers {', '.join(run.workers)} building a backlog of {backlog} files (no validator running)")
     first = None
     deadline = time.monotonic() + timeout
