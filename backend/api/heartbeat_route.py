@@ -22,7 +22,7 @@ from proofpool.backend.api.deps import deployment_of
 from proofpool.backend.api.orchestrator import HEARTBEATS, HeartbeatIn
 from proofpool.backend.orchestrator import heartbeat as beats
 from proofpool.backend.orchestrator import unservable
-from proofpool.backend.orchestrator.states import Liveness, NodeState
+from proofpool.backend.orchestrator.states import NodeState
 from pydantic import ValidationError
 from pydantic_core import to_json
 from starlette.datastructures import Headers
@@ -131,12 +131,7 @@ class HeartbeatEndpoint:
             state.nonces,
             state.heartbeat_contexts,
             signed,
-            now=now,
-            thresholds=Liveness(settings.unhealthy_after, settings.dead_after),
-            pool_id=facts.pool_id,
-            completed=completed,
-            unservable=report,
-            max_unsubmitted=settings.max_unsubmitted_batches,
+            beats.Beat.under(settings, now, facts.pool_id, completed, report),
         )
         _BY_STATE[result.state].inc()
         content = reply_body(result, settings.heartbeat_interval, now)

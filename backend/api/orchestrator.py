@@ -13,7 +13,7 @@ from prometheus_client import Counter
 from proofpool.backend.api.deps import Conn, RedisDep, SettingsDep, SignedCaller
 from proofpool.backend.orchestrator import heartbeat as beats
 from proofpool.backend.orchestrator import invites, unservable
-from proofpool.backend.orchestrator.states import Liveness, NodeState
+from proofpool.backend.orchestrator.states import NodeState
 from pydantic import BaseModel, ConfigDict, Field
 
 router = APIRouter(tags=["orchestrator"])
@@ -146,15 +146,7 @@ async def heartbeat(
     if (u := body.unservable) is not None:
         unservable_report = unservable.UnservableReport(u.checkpoint_version, u.batch, u.reason, u.detail, now)
     result = await beats.heartbeat(
-        conn,
-        redis,
-        caller.address,
-        now=now,
-        thresholds=Liveness(settings.unhealthy_after, settings.dead_after),
-        pool_id=body.pool_id,
-        completed=completed,
-        unservable=unservable_report,
-        max_unsubmitted=settings.max_unsubmitted_batches,
+        conn, redis, caller.address, beats.Beat.under(settings, now, body.pool_id, completed, unservable_report)
     )
     _HEARTBEATS_BY_STATE[result.state].inc()
     assignment = None

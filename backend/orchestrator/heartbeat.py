@@ -54,6 +54,7 @@ from proofpool.core.auth.signed_request import SignedHeaders
 from proofpool.core.environment import Environment
 from proofpool.core.errors import ProofpoolError
 from proofpool.envs import pool_assignment, pool_environment
+from proofpool.infra.config import BackendSettings
 from proofpool.infra.nonce_store import Alongside, NonceStore
 from proofpool.training.published import is_training_pool
 
@@ -77,6 +78,33 @@ class CompletedBatch:
 
     version: int
     batch: int
+
+
+@dataclass(frozen=True)
+class Beat:
+    """One heartbeat's request (the pool it names, what it reports) and the settings it is answered
+    under, as the route read them."""
+
+    now: float
+    thresholds: Liveness
+    pool_id: int | None = None
+    completed: CompletedBatch | None = None
+    unservable: UnservableReport | None = None
+    max_unsubmitted: int | None = None
+    """The bound on handed-out batches without a submission (module docstring); None: no bound."""
+
+    @classmethod
+    def under(
+        cls,
+        settings: BackendSettings,
+        now: float,
+        pool_id: int | None,
+        completed: CompletedBatch | None,
+        unservable: UnservableReport | None,
+    ) -> Beat:
+        """The heartbeat answered under the backend's liveness thresholds and unsubmitted bound."""
+        thresholds = Liveness(settings.unhealthy_after, settings.dead_after)
+        return cls(now, thresholds, pool_id, completed, unservable, settings.max_unsubmitted_batches)
 
 
 @dataclass(frozen=True)
@@ -215,38 +243,16 @@ class LazyConnection:
             await held.__aexit__(kind, exc, tb)
 
 
-async def heartbeat(
-    conn: AsyncConnection,
-    redis: Redis,
-    node: str,
-    *,
-    now: float,
-    thresholds: Liveness,
-    pool_id: int | None = None,
-    completed: CompletedBatch | None = None,
-    unservable: UnservableReport | None = None,
-    max_unsubmitted: int | None = None,
-) -> HeartbeatResult:
+async def heartbeat(conn: AsyncConnection, redis: Redis, node: str, beat: Beat) -> HeartbeatResult:
     """Answer the heartbeat of `node` (already authenticated as the signer, its nonce claimed),
-    reading its context afresh. `max_unsubmitted`: the bound on handed-out batches without a
-    submission (module docstring); None: no bound."""
-    ctx = checked(await db.heartbeat_context(conn, node, pool_id), node, pool_id)
-    await liveness.record_heartbeat(redis, node, now)
+    reading its context afresh."""
+    ctx = checked(await db.heartbeat_context(conn, node, beat.pool_id), node, beat.pool_id)
+    await liveness.record_heartbeat(redis, node, beat.now)
 
     async def same() -> AsyncConnection:
         return conn
 
-    return await answer(
-        same,
-        redis,
-        node,
-        ctx,
-        now=now,
-        thresholds=thresholds,
-        completed=completed,
-        unservable=unservable,
-        max_unsubmitted=max_unsubmitted,
-    )
+    return await answer(same, redis, node, ctx, beat)
 
 
 async def signed_heartbeat(
@@ -255,13 +261,7 @@ async def signed_heartbeat(
     nonces: NonceStore,
     contexts: ContextCache,
     signed: SignedHeaders,
-    *,
-    now: float,
-    thresholds: Liveness,
-    pool_id: int | None = None,
-    completed: CompletedBatch | None = None,
-    unservable: UnservableReport | None = None,
-    max_unsubmitted: int | None = None,
+    beat: Beat,
 ) -> HeartbeatResult:
     """Answer a heartbeat whose signature is verified but whose nonce is not claimed yet: claim it,
     and answer from the context cache when it holds the node (module docstring).
@@ -270,8 +270,8 @@ async def signed_heartbeat(
     trip; an uncached one is read from PostgreSQL first and its liveness recorded only once it
     passed the checks, so a refused node leaves no trace. A heartbeat that reports something
     (`completed`, `unservable`) always reads afresh."""
-    node = signed.address
-    plain = completed is None and unservable is None
+    node, now, pool_id = signed.address, beat.now, beat.pool_id
+    plain = beat.completed is None and beat.unservable is None
     cached = contexts.get(node, pool_id) if plain else None
     tag_key = context_tag_key(node)
     new_tag = secrets.token_hex(8)
@@ -295,17 +295,7 @@ async def signed_heartbeat(
             await liveness.record_heartbeat(redis, node, now)
             if plain:
                 contexts.put(node, pool_id, ctx, tag or b"", started)
-        return await answer(
-            conn.get,
-            redis,
-            node,
-            ctx,
-            now=now,
-            thresholds=thresholds,
-            completed=completed,
-            unservable=unservable,
-            max_unsubmitted=max_unsubmitted,
-        )
+        return await answer(conn.get, redis, node, ctx, beat)
 
 
 async def answer(
@@ -313,15 +303,11 @@ async def answer(
     redis: Redis,
     node: str,
     ctx: HeartbeatContext,
-    *,
-    now: float,
-    thresholds: Liveness,
-    completed: CompletedBatch | None,
-    unservable: UnservableReport | None,
-    max_unsubmitted: int | None,
+    beat: Beat,
 ) -> HeartbeatResult:
     """The answer to a heartbeat of `node` that passed the checks and whose liveness is recorded;
     `conn` gives the connection for the writes and counts some answers need."""
+    completed, unservable, max_unsubmitted = beat.completed, beat.unservable, beat.max_unsubmitted
     if unservable is not None:
         await unservable_reports.record(redis, node, unservable)
         log.warning(
@@ -340,9 +326,9 @@ async def answer(
     state = node_state(
         membership=ctx.membership,  # type: ignore[arg-type]  # CHECK constraint limits the values
         blacklisted=ctx.blacklisted,
-        last_seen=now,
-        now=now,
-        liveness=thresholds,
+        last_seen=beat.now,
+        now=beat.now,
+        liveness=beat.thresholds,
     )
     member_pool = ctx.pool_id if ctx.membership is not None or ctx.blacklisted else None
     if state is not NodeState.HEALTHY or ctx.pool_status != "active" or ctx.pool_id is None:

@@ -1,63 +1,20 @@
 """The trainer reads a bundle (many files, one submission) as its files: each fetched from its own
 rollout key, screened against its own sha256, used once and poisoned alone.
 
-Ledger and store are faked (a list of rows, a dict of objects), as in tests/unit/test_trainer_data.py:
+Ledger and store are faked (`tests/fixtures/trainer_source.py`), as in tests/unit/test_trainer_data.py:
 what is under test is how ledger rows become files.
 """
 
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 from proofpool.trainer.data import RolloutSource, _work_key, expand_files
 
-from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.core.rollout import RolloutFileMeta, rollouts_bytes
 from proofpool.infra.chain.bundles import bundle_key, canonical
 from proofpool.infra.storage import rollout_key
-from proofpool.infra.storage.s3 import ObjectNotFound
-
-NODE = "0x976EA74026E726554dB657fA54763abd0C3a0aa9"
-POOL = 1
-
-
-def rows_of(version: int, seed: int) -> list[RolloutSample]:
-    return [
-        RolloutSample(
-            problem_id="add-1-2",
-            group_id=0,
-            prompt_tokens=(1, 2, 3),
-            completion_tokens=(4, 2),
-            reward=0.0,
-            advantage=0.0,
-            sampling_seed=seed,
-            temperature=1.0,
-            model_version=version,
-            proofs=b"",
-        )
-        for _ in range(4)
-    ]
-
-
-class FakeLedger:
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self.rows = rows
-
-    def items(self, resource: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
-        assert resource == "submissions"
-        return [r for r in self.rows if r["status"] == filters["status"]]
-
-
-class FakeStore:
-    def __init__(self, objects: dict[str, bytes]) -> None:
-        self.objects = objects
-        self.read: list[str] = []
-
-    def get_object(self, key: str) -> bytes:
-        self.read.append(key)
-        if key not in self.objects:
-            raise ObjectNotFound("bucket", key)
-        return self.objects[key]
+from tests.fixtures.trainer_source import NODE, POOL, FakeLedger, FakeStore, rollout_rows
 
 
 def bundle_market(seeds: list[int], broken: int | None = None) -> tuple[RolloutSource, FakeStore, list[bytes]]:
@@ -67,14 +24,14 @@ def bundle_market(seeds: list[int], broken: int | None = None) -> tuple[RolloutS
     objects: dict[str, bytes] = {}
     files = []
     for seed in seeds:
-        data = rollouts_bytes(RolloutFileMeta(POOL, NODE), rows_of(1, seed))
+        data = rollouts_bytes(RolloutFileMeta(POOL, NODE), rollout_rows(1, seed=seed))
         key = hashlib.sha256(data).digest()
         files.append((key, 8))
         objects[rollout_key(POOL, NODE, key.hex())] = data
     keys, units = canonical(files)
     if broken is not None:
         objects[rollout_key(POOL, NODE, keys[broken].hex())] = b"not the file the chain recorded"
-    single = rollouts_bytes(RolloutFileMeta(POOL, NODE), rows_of(1, 99))
+    single = rollouts_bytes(RolloutFileMeta(POOL, NODE), rollout_rows(1, seed=99))
     single_key = hashlib.sha256(single).digest()
     objects[rollout_key(POOL, NODE, single_key.hex())] = single
     common = {"model_version": 1, "status": "accepted", "node": NODE}

@@ -1,6 +1,6 @@
 """The trainer's rollout source takes what a step needs, freshest model versions first.
 
-Ledger and store are faked here (a dict of rows and a dict of objects): what is under test is the
+Ledger and store are faked here (`tests/fixtures/trainer_source.py`): what is under test is the
 choice of files, not the services (tests/integration/test_trainer_run.py runs them for real).
 """
 
@@ -12,56 +12,16 @@ from typing import Any
 import pytest
 from proofpool.trainer.data import RolloutSource
 
-from proofpool.core.rollout import RolloutFileMeta, RolloutSample, rollouts_bytes
+from proofpool.core.rollout import RolloutFileMeta, rollouts_bytes
 from proofpool.infra.storage import JudgedRow, judged_document, judged_key, rollout_key
-from proofpool.infra.storage.s3 import ObjectNotFound
-
-NODE = "0x976EA74026E726554dB657fA54763abd0C3a0aa9"
-POOL = 1
-
-
-def _rows(version: int, count: int = 4, seed: int = 7) -> list[RolloutSample]:
-    return [
-        RolloutSample(
-            problem_id="add-1-2",
-            group_id=0,
-            prompt_tokens=(1, 2, 3),
-            completion_tokens=(4, 2),
-            reward=0.0,
-            advantage=0.0,
-            sampling_seed=seed,
-            temperature=1.0,
-            model_version=version,
-            proofs=b"",
-        )
-        for _ in range(count)
-    ]
-
-
-class FakeLedger:
-    def __init__(self, rows: list[dict[str, Any]]) -> None:
-        self.rows = rows
-
-    def items(self, resource: str, filters: dict[str, Any]) -> list[dict[str, Any]]:
-        assert resource == "submissions"
-        return [r for r in self.rows if r["status"] == filters["status"] and filters["pool_id"] == POOL]
-
-
-class FakeStore:
-    def __init__(self, objects: dict[str, bytes]) -> None:
-        self.objects = objects
-
-    def get_object(self, key: str) -> bytes:
-        if key not in self.objects:
-            raise ObjectNotFound("bucket", key)
-        return self.objects[key]
+from tests.fixtures.trainer_source import NODE, POOL, FakeLedger, FakeStore, rollout_rows
 
 
 def _market(files: list[tuple[int, int, str]]) -> tuple[RolloutSource, list[bytes]]:
     """Files as (model version, block, status); the source and the files' work keys (their sha256)."""
     rows, objects, keys = [], {}, []
     for i, (version, block, status) in enumerate(files):
-        data = rollouts_bytes(RolloutFileMeta(POOL, NODE), _rows(version, seed=i))
+        data = rollouts_bytes(RolloutFileMeta(POOL, NODE), rollout_rows(version, seed=i))
         key = hashlib.sha256(data).digest()
         keys.append(key)
         rows.append(

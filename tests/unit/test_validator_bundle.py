@@ -24,13 +24,10 @@ from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_
 from proofpool.validator.checks.bundle import KEEP_PARSED_BYTES, bundle_facts, claim_batches, judge_bundle
 from proofpool.validator.checks.verdict import reject
 from proofpool_arithmetic import ENVIRONMENT
-from proofpool_arithmetic.task import problem_from_id, reward
-from proofpool_arithmetic.tokenizer import EOS_ID, encode_text
 
-from proofpool.core.assignment import sampling_seed, task_ids
-from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import RolloutFileError, RolloutFileMeta, RolloutSample, read_rollouts, rollouts_bytes
 from proofpool.core.rollout.io import rollouts_table
+from tests.fixtures.arithmetic_rows import honest_rows
 
 TASKS = ENVIRONMENT.taskset
 NODE = "0x" + "ab" * 20
@@ -50,30 +47,8 @@ class Recomputing(Exception):
 
 
 def batch_rows(batch: int) -> list[RolloutSample]:
-    """An honest file's rows for the node's batch `batch` (its seed, its problems, right rewards)."""
-    problems = [problem_from_id(t) for t in task_ids(TASKS, POOL_ID, NODE, VERSION, batch, PROBLEMS)]
-    rows = [
-        (g, p, (*encode_text(str(p.answer if (i + g) % 3 else p.answer + 1)), EOS_ID))
-        for g, p in enumerate(problems)
-        for i in range(GROUP_SIZE)
-    ]
-    rewards = [reward(p, c) for _, p, c in rows]
-    advantages = group_advantages(rewards, [g for g, _, _ in rows])
-    return [
-        RolloutSample(
-            problem_id=p.problem_id,
-            group_id=g,
-            prompt_tokens=tuple(p.prompt_tokens()),
-            completion_tokens=c,
-            reward=r,
-            advantage=a,
-            sampling_seed=sampling_seed(POOL_ID, NODE, VERSION, batch),
-            temperature=1.0,
-            model_version=VERSION,
-            proofs=bytes(258),
-        )
-        for (g, p, c), r, a in zip(rows, rewards, advantages, strict=True)
-    ]
+    """An honest file's rows for the node's batch `batch` (`tests/fixtures/arithmetic_rows.py`)."""
+    return honest_rows(POOL_ID, NODE, VERSION, batch, problems=PROBLEMS, group_size=GROUP_SIZE)
 
 
 def flip_reward(rows: list[RolloutSample]) -> list[RolloutSample]:

@@ -24,14 +24,15 @@ from proofpool.validator.checks import PoolRules, SubmissionFacts, Verdict, run_
 from proofpool.validator.checks.assignment import BatchIndex
 from proofpool.validator.checks.verdict import json_safe
 from proofpool_arithmetic import ENVIRONMENT
-from proofpool_arithmetic.task import Problem, problem_from_id, reward
-from proofpool_arithmetic.tokenizer import EOS_ID, VOCAB_SIZE, encode_text
+from proofpool_arithmetic.task import Problem, problem_from_id
+from proofpool_arithmetic.tokenizer import EOS_ID, VOCAB_SIZE
 
 from proofpool.core.assignment import sampling_seed, task_ids
 from proofpool.core.rl.advantages import group_advantages
 from proofpool.core.rollout import ROLLOUT_SCHEMA, RolloutFileMeta, RolloutSample, rollouts_bytes
 from proofpool.core.rollout.io import rollouts_table
 from proofpool.core.rollout.schema import META_SCHEMA_VERSION, META_SPEC_SHA256
+from tests.fixtures.arithmetic_rows import completion, honest_rows
 
 TASKS = ENVIRONMENT.taskset
 
@@ -51,34 +52,9 @@ batch is `problem_not_assigned` before scoring runs."""
 GROUP_SIZE = 4
 
 
-def _completion(problem: Problem, correct: bool) -> tuple[int, ...]:
-    return (*encode_text(str(problem.answer if correct else problem.answer + 1)), EOS_ID)
-
-
 def honest_samples() -> list[RolloutSample]:
-    """Rows a worker could have written (right rewards, advantages, prompts), with placeholder proofs."""
-    rows = [
-        (g, problem, _completion(problem, correct=(i + g) % 3 != 0))
-        for g, problem in enumerate(PROBLEMS)
-        for i in range(GROUP_SIZE)
-    ]
-    rewards = [reward(p, c) for _, p, c in rows]
-    advantages = group_advantages(rewards, [g for g, _, _ in rows])
-    return [
-        RolloutSample(
-            problem_id=p.problem_id,
-            group_id=g,
-            prompt_tokens=tuple(p.prompt_tokens()),
-            completion_tokens=c,
-            reward=r,
-            advantage=a,
-            sampling_seed=SEED,
-            temperature=1.0,
-            model_version=VERSION,
-            proofs=bytes(258),
-        )
-        for (g, p, c), r, a in zip(rows, rewards, advantages, strict=True)
-    ]
+    """Rows a worker could have written for batch `BATCH` (`tests/fixtures/arithmetic_rows.py`)."""
+    return honest_rows(POOL_ID, NODE, VERSION, BATCH, problems=len(PROBLEMS), group_size=GROUP_SIZE)
 
 
 def submission(data: bytes, samples: list[RolloutSample] | None = None, **changes: Any) -> SubmissionFacts:
@@ -324,7 +300,7 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
     ),
     (
         "padding after EOS",
-        tamper(edit_row(2, completion_tokens=(*_completion(PROBLEMS[0], True), 5, 5))),
+        tamper(edit_row(2, completion_tokens=(*completion(PROBLEMS[0], True), 5, 5))),
         {},
         {},
         "eos_mismatch",
@@ -332,7 +308,7 @@ HOSTILE: list[tuple[str, bytes, dict[str, Any], dict[str, Any], str, dict[str, A
     ),
     (
         "a completion cut short of its EOS",
-        tamper(edit_row(1, completion_tokens=_completion(PROBLEMS[0], True)[:-1])),
+        tamper(edit_row(1, completion_tokens=completion(PROBLEMS[0], True)[:-1])),
         {},
         {},
         "eos_mismatch",
