@@ -10,7 +10,7 @@ SOL    := $(wildcard contracts/src/*.sol contracts/src/*/*.sol)
 
 .PHONY: setup contracts test test-fast lint format demo demo-real bench clean
 
-setup: $(VENV)/.setup-stamp contracts/node_modules/.stamp
+setup: $(VENV)/.setup-stamp contracts/node_modules/.stamp tools/browser/node_modules/.stamp
 
 ENVIRONMENTS := $(wildcard environments/*/pyproject.toml)
 
@@ -38,6 +38,13 @@ contracts/node_modules/.stamp: contracts/package.json contracts/package-lock.jso
 	# `npm ci` installs exactly the lock (which lists anvil's binary package for every platform)
 	# and never rewrites it; a lock out of step with package.json is an error, not a silent update.
 	cd contracts && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+# Browser tests (tests/fixtures/browser.py): Debian's chromium, launched by path (Playwright, from the
+# dev extra, never downloads a browser), and axe-core, the accessibility checker, pinned in the lock.
+tools/browser/node_modules/.stamp: tools/browser/package.json tools/browser/package-lock.json tools/need_browser.sh
+	sh tools/need_browser.sh
+	cd tools/browser && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
 contracts: contracts/build/.stamp
