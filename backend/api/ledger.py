@@ -1,8 +1,9 @@
 """The public contribution ledger: read-only, unsigned, for auditors, trainers and dashboards.
 
 Every list is a keyset page (`limit`, `cursor` -> `items`, `next_cursor`) in JSON or, with
-`?format=csv`, CSV with the next cursor in the `X-Next-Cursor` header. Every row names the
-block and transaction that produced it, so any figure can be checked against the chain.
+`?format=csv`, CSV with the next cursor in the `X-Next-Cursor` header. Every row of a chain
+list names the block and transaction that produced it, so any figure can be checked against
+the chain; the statistics lists (pool_stats, contributors, validator_stats) sum those rows.
 
 One route per listing of `proofpool.core.ledger_listings`, made below from its declaration; the
 one hand-written route looks up a single submission with its verdicts, slash and credits.

@@ -96,7 +96,7 @@ def _query_model(listing: Listing) -> type[PageQuery]:
         if (start.match, end.match) == (Match.AT_OR_AFTER, Match.BEFORE)
         and listing.filter_column(start) == listing.filter_column(end)
     }
-    return create_model(f"{listing.item.title()}Query", __base__=PageQuery, __validators__=validators, **fields)
+    return create_model(f"{listing.type_name}Query", __base__=PageQuery, __validators__=validators, **fields)
 
 
 QUERIES: dict[str, type[PageQuery]] = {name: _query_model(listing) for name, listing in LISTINGS.items()}

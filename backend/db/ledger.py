@@ -136,7 +136,7 @@ def _predicate(listing: Listing, filter_: Filter) -> str:
 def _sql(listing: Listing) -> _Sql:
     """Everything PostgreSQL needs of `listing`, built once at import: a bad declaration fails there."""
     row = make_dataclass(
-        f"{listing.item.title()}Row",
+        f"{listing.type_name}Row",
         [(column.name, _field_type(column)) for column in listing.columns],
         frozen=True,
         slots=True,

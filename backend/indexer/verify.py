@@ -72,6 +72,11 @@ NOT_COMPARED: Mapping[str, str] = {
     "node_batches": "per-node batch counters of the orchestrator, off-chain",
     "issued_batches": "the highest batch the orchestrator handed each node per version, off-chain",
     "pool_assignment_config": "orchestrator settings, off-chain",
+    "pool_stats": "sums of the compared projections, kept by triggers (migration 0012)",
+    "contributors": "sums of the compared projections, kept by triggers (migration 0012)",
+    "validator_stats": "sums of the compared projections, kept by triggers (migration 0012)",
+    "ledger_stats_deltas": "the statistics' pending changes: empty outside a transaction",
+    "ledger_stats_fold_requests": "the statistics' pending changes: empty outside a transaction",
 }
 """Tables of the schema deliberately left out, and why (the integration test checks that every
 table carrying `block_number` and `tx_hash` is compared)."""

@@ -108,7 +108,8 @@ class Listing:
 
     name: str
     item: str
-    """One row's name (`pool`): names the generated row and query types (`PoolRow`, `PoolQuery`)."""
+    """One row's name in snake_case (`pool`, `pool_stats`): names the generated row and query types
+    (`PoolRow`, `PoolQuery`; `PoolStatsRow`), see `type_name`."""
     doc: str
     """The route's description and the CLI command's help."""
     columns: tuple[Column, ...]
@@ -143,6 +144,12 @@ class Listing:
             # A time window is served as a block range, exact only for a block time in chain order.
             if filter_.match is not Match.EQUAL and self.key[0] != "block_number":
                 raise ValueError(f"{self.name}: time bounds need a listing in chain order")
+
+    @property
+    def type_name(self) -> str:
+        """`item` in CamelCase (`pool_stats` -> `PoolStats`): the stem of the listing's row and query
+        type names, which the API schema shows."""
+        return "".join(part.title() for part in self.item.split("_"))
 
     def column(self, name: str) -> Column:
         """The column called `name`; KeyError if there is none."""
@@ -493,10 +500,121 @@ CHECKPOINTS = Listing(
     filters=(Filter("pool_id", "Only this pool's checkpoints."),),
 )
 
+# --- statistics -------------------------------------------------------------------------------
+# Aggregates of the submissions, verdicts, slashes and rewards listings, kept exact by database
+# triggers (migration 0012) so a page of them costs what any page costs at any ledger size. A row
+# sums many logs, so it names none: check it against the listings it sums.
+
+_ACCEPTED_UNITS = "Work units of accepted and finalized submissions (a bundle: the sum over its files)."
+
+
+def _count(name: str, doc: str) -> Column:
+    return Column(name, Kind.INT, doc)
+
+
+POOL_STATS = Listing(
+    name="pool_stats",
+    item="pool_stats",
+    doc="Per pool totals: submissions and files, a count per submission status, work units accepted, stake slashed, "
+    "rewards and validator fees paid; one row per pool with any submission, slash or credit, by pool id.",
+    columns=(
+        Column("pool_id", Kind.INT, "Pool id."),
+        _count("submissions", "Submissions to the pool (a bundle counts once)."),
+        _count("files", "Rollout files submitted: a bundle counts its files, any other submission one."),
+        _count("pending", "Submissions not judged yet."),
+        _count("accepted", "Submissions attested, in their dispute window."),
+        _count("rejected", "Submissions rejected, waiting out the pool's challenge window."),
+        _count("invalid", "Submissions invalidated (their provider was slashed)."),
+        _count("finalized", "Submissions finalized (paid)."),
+        _count("forfeited", "Accepted submissions of a node later slashed, settled without payment."),
+        _count("expired", "Submissions never judged before the closed pool's wind-up ended."),
+        _count("work_units_accepted", _ACCEPTED_UNITS),
+        Column("slashed", Kind.AMOUNT, "Stake slashed for the pool's invalid work (base units)."),
+        Column("rewards_paid", Kind.AMOUNT, "Provider rewards credited for the pool's finalized work (base units)."),
+        Column("validator_fees", Kind.AMOUNT, "Validator fees credited for the pool's finalized work (base units)."),
+    ),
+    key=("pool_id",),
+    shown=(
+        "pool_id",
+        "submissions",
+        "pending",
+        "accepted",
+        "invalid",
+        "finalized",
+        "work_units_accepted",
+        "slashed",
+        "rewards_paid",
+    ),
+    filters=(Filter("pool_id", "Only this pool's totals."),),
+)
+
+CONTRIBUTORS = Listing(
+    name="contributors",
+    item="contributor",
+    doc="Per pool and node totals (a pool's leaderboard): submissions, files, pending, accepted and invalid work, "
+    "work units accepted, rewards and slashes; one row per node with a submission in the pool, by pool id and node.",
+    columns=(
+        Column("pool_id", Kind.INT, "Pool."),
+        Column("node", Kind.ADDRESS, "Submitting node (checksummed)."),
+        Column("provider", Kind.ADDRESS, "The node's provider, as of its latest submission to the pool."),
+        _count("submissions", "The node's submissions to the pool (a bundle counts once)."),
+        _count("files", "Its rollout files: a bundle counts its files, any other submission one."),
+        _count("pending", "Its submissions not judged yet."),
+        _count("accepted", "Its submissions attested or finalized."),
+        _count("invalid", "Its submissions invalidated."),
+        _count("work_units_accepted", _ACCEPTED_UNITS),
+        Column("rewards", Kind.AMOUNT, "Provider rewards credited for its submissions (base units)."),
+        Column("slashed", Kind.AMOUNT, "Stake slashed for its invalid submissions (base units)."),
+    ),
+    key=("pool_id", "node"),
+    shown=(
+        "pool_id",
+        "node",
+        "provider",
+        "submissions",
+        "accepted",
+        "invalid",
+        "work_units_accepted",
+        "rewards",
+        "slashed",
+    ),
+    filters=(
+        Filter("pool_id", "Only this pool's contributors."),
+        Filter("node", "Only this node's rows (one per pool)."),
+        Filter("provider", "Only rows of this provider's nodes."),
+    ),
+)
+
+VALIDATOR_STATS = Listing(
+    name="validator_stats",
+    item="validator_stats",
+    doc="Per validator totals: verdicts given, fees and slash shares earned; one row per account with a verdict "
+    "or such a credit, by address.",
+    columns=(
+        Column("validator", Kind.ADDRESS, "Validator address (checksummed)."),
+        _count("verdicts_accepted", "Submissions it attested."),
+        _count("verdicts_invalid", "Submissions it invalidated."),
+        Column("fees", Kind.AMOUNT, "Validator fees credited to it for finalized work (base units)."),
+        Column(
+            "slash_shares",
+            Kind.AMOUNT,
+            "Its slash_share credits: its share of the slashes it reported, and what it was awarded for proving "
+            "another validator's verdict wrong (base units).",
+        ),
+    ),
+    key=("validator",),
+    shown=("validator", "verdicts_accepted", "verdicts_invalid", "fees", "slash_shares"),
+    filters=(Filter("validator", "Only this validator's totals."),),
+)
+
+STATISTICS: tuple[Listing, ...] = (POOL_STATS, CONTRIBUTORS, VALIDATOR_STATS)
+"""The listings computed from the others (by the database's triggers) rather than from events."""
+
 LISTINGS: dict[str, Listing] = {
     listing.name: listing
     for listing in (
         PROVIDERS, NODES, POOLS, MEMBERSHIPS, SUBMISSIONS, VERDICTS, SLASHES, REWARDS, VALIDATORS, CHECKPOINTS,
+        POOL_STATS, CONTRIBUTORS, VALIDATOR_STATS,
     )
 }  # fmt: skip
 """Every listing by name, in the order the API and the CLI present them."""

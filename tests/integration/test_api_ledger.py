@@ -258,7 +258,8 @@ def test_unknown_submission_is_404_and_a_malformed_key_422(ledger_api, ledger_db
 def test_ledger_is_public_and_documented(ledger_api):
     schema = ledger_api.get("/openapi.json").json()
     paths = {p for p in schema["paths"] if p.startswith("/v1/ledger/")}
-    assert paths == {f"/v1/ledger/{name}" for name in (*LISTINGS, "memberships")} | {
+    statistics = ("pool_stats", "contributors", "validator_stats")  # tests/integration/test_ledger_stats_api.py
+    assert paths == {f"/v1/ledger/{name}" for name in (*LISTINGS, "memberships", *statistics)} | {
         "/v1/ledger/submissions/{pool_id}/{work_key}"
     }
     params = {p["name"] for p in schema["paths"]["/v1/ledger/submissions"]["get"]["parameters"]}

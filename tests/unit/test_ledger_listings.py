@@ -64,7 +64,7 @@ def test_the_api_serves_each_listing_with_its_columns_and_filters(listing):
             assert parameters[filter_.name]["schema"]["anyOf"][0]["enum"] == list(column.values)
     page = operation["responses"]["200"]["content"]["application/json"]["schema"]["$ref"].rsplit("/", 1)[1]
     row = schema["components"]["schemas"][page]["properties"]["items"]["items"]["$ref"].rsplit("/", 1)[1]
-    assert row == f"{listing.item.title()}Row"
+    assert row == f"{listing.type_name}Row"
     assert schema["components"]["schemas"][row]["required"] == [column.name for column in listing.columns]
     properties = schema["components"]["schemas"][row]["properties"]
     assert {name: p["description"] for name, p in properties.items()} == {c.name: c.doc for c in listing.columns}
