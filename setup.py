@@ -1,14 +1,15 @@
 """Where each installed package's source lives; the metadata is in pyproject.toml.
 
 The repository keeps one folder per part (`proofpool/` the core library, `backend/`, `worker/`,
-`validator/`, `trainer/` the services, `cli/` and `devnet/` the applications), and installs them
+`validator/`, `trainer/`, `explorer/` the services, `cli/` and `devnet/` the applications), and installs them
 all under the `proofpool` name (`proofpool.backend`, `proofpool.cli`, ...), so a wheel adds one
 top-level package to site-packages. Every subpackage of a folder is found here, so a new one needs
 no entry.
 
-Two folders of files that are not Python source ship as package data, so an installed wheel works
-without the checkout (DATA below): the compiled contracts (`contracts/build`, written by
-`make contracts`: a wheel cannot be built before it) and the database migrations.
+Files that are not Python source ship as package data, so an installed wheel works without the
+checkout (DATA below): the compiled contracts (`contracts/build`, written by `make contracts`: a
+wheel cannot be built before it), the database migrations and the explorer's templates and static
+files.
 """
 
 from pathlib import Path
@@ -24,6 +25,7 @@ FOLDERS = {
     "proofpool.worker": "worker",
     "proofpool.validator": "validator",
     "proofpool.trainer": "trainer",
+    "proofpool.explorer": "explorer",
     "proofpool.cli": "cli",
     "proofpool.devnet": "devnet",
 }
@@ -38,6 +40,7 @@ DATA = {
     "proofpool.infra.chain.compiled": ("contracts/build", ARTIFACTS),
     "proofpool.infra.migrations": ("migrations", ["script.py.mako"]),  # and env.py
     "proofpool.infra.migrations.versions": ("migrations/versions", []),  # the revisions (*.py)
+    "proofpool.explorer": ("explorer", ["templates/*.html", "static/*.css", "static/*.js"]),  # its pages
 }
 if not (ROOT / "contracts" / "build").is_dir():
     # A fresh checkout: `make setup` installs (editable) before `make contracts` compiles, and a

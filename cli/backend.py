@@ -12,6 +12,7 @@ from proofpool.core.errors import ConfigError, ServiceUnavailable
 from proofpool.infra.config import Settings, get_settings
 
 if TYPE_CHECKING:
+    from fastapi import FastAPI
     from proofpool.backend.orchestrator.sweeper import Watch
 
 app = typer.Typer(no_args_is_help=True)
@@ -47,6 +48,21 @@ def check_services(settings: Settings) -> str:
     return status.revision
 
 
+EXPLORER_PATH = "/explorer"
+"""Where `backend serve` mounts the explorer (`proofpool.explorer.app.MOUNT_PATH`)."""
+
+
+def backend_with_explorer() -> FastAPI:
+    """The backend app with the explorer mounted under `EXPLORER_PATH`, reading the backend's ledger
+    API in-process (uvicorn's factory: each worker process builds its own)."""
+    from proofpool.backend.app import create_app
+    from proofpool.explorer.app import mount_explorer
+
+    app = create_app()
+    mount_explorer(app, EXPLORER_PATH)
+    return app
+
+
 @app.command()
 @needs_extra("backend")
 def serve(
@@ -59,10 +75,13 @@ def serve(
     ] = 1,
     access_log: Annotated[bool, typer.Option(help="Log every request (costly at thousands of heartbeats/s).")] = True,
     log_level: Annotated[str, typer.Option(help="uvicorn log level: debug, info, warning, error.")] = "info",
+    explorer: Annotated[
+        bool, typer.Option(help="Serve the explorer's pages under /explorer (read-only, over the ledger API).")
+    ] = True,
 ) -> None:
-    """Run the backend (discovery, orchestrator, uploads, ledger, /healthz) with uvicorn; Prometheus
-    /metrics is served apart, on PROOFPOOL_METRICS_ADDRESS (an internal address), summed over the
-    worker processes."""
+    """Run the backend (discovery, orchestrator, uploads, ledger, /healthz) with uvicorn, and the
+    explorer under /explorer; Prometheus /metrics is served apart, on PROOFPOOL_METRICS_ADDRESS (an
+    internal address), summed over the worker processes."""
     import contextlib
 
     import uvicorn
@@ -76,12 +95,13 @@ def serve(
     console.print(
         f"backend on http://{bind_host}:{bind_port} ({workers} worker{'s' * (workers > 1)}, schema {revision}); "
         f"invites and ejections {f'enabled as manager {manager.address}' if manager else 'off: no manager key'}"
+        + (f"; explorer on http://{bind_host}:{bind_port}{EXPLORER_PATH}/" if explorer else "")
     )
     # Several processes share the counters through files (`proofpool.backend.metrics`); the directory
     # must be in the environment before uvicorn spawns them, since each reads it at its first metric.
     with multiprocess_dir() if workers > 1 else contextlib.nullcontext():
         uvicorn.run(
-            "proofpool.backend.app:create_app",
+            "proofpool.cli.backend:backend_with_explorer" if explorer else "proofpool.backend.app:create_app",
             factory=True,
             host=bind_host,
             port=bind_port,

@@ -28,7 +28,8 @@ R = TypeVar("R")
 
 OPTIONAL_MODULES: Final = frozenset(
     {
-        "accelerate", "alembic", "boto3", "botocore", "celery", "fastapi", "gguf", "hiredis", "kombu", "matplotlib",
+        "accelerate", "alembic", "boto3", "botocore", "celery", "fastapi", "gguf", "hiredis", "jinja2", "kombu",
+        "matplotlib",
         "numba", "numpy", "prometheus_client", "psycopg", "psycopg_pool", "pyarrow", "redis", "safetensors",
         "sqlalchemy", "starlette", "tokenizers", "torch", "transformers", "uvicorn", "vllm",
     }
@@ -41,6 +42,7 @@ INSTALL_HINTS: Final = {
     "backend": "pip install 'proofpool[backend]'",
     "devnet": "pip install 'proofpool[devnet,cpu]' (or `make setup` in a checkout)",
     "gguf": "pip install 'proofpool[gguf]'",
+    "explorer": "pip install 'proofpool[explorer]'",
 }
 """What to install for each extra a command may need."""
 

@@ -23,7 +23,7 @@ CHEATS = ("other-model", "edit-tokens", "stale-version", "replay", "none")
 KINDS = ("rl", "diloco")
 DEFAULT_CHEAT = {"rl": "other-model", "diloco": "scaled"}
 RL_ONLY = ("steps", "samples_per_step", "step_timeout", "heldout_problems", "model", "env", "env_config")
-RL_ONLY += ("batch_size", "group_size", "max_tokens", "max_prompt_tokens", "temperature")
+RL_ONLY += ("batch_size", "group_size", "max_tokens", "max_prompt_tokens", "temperature", "serve")
 """Options of an RL run, refused with --kind diloco."""
 DILOCO_ONLY = ("rounds", "round_deadline", "drills", "baselines")
 """Options of a training pool run, refused with --kind rl."""
@@ -87,6 +87,13 @@ def run(
     verify_ledger: Annotated[
         bool, typer.Option(help="Rebuild the ledger from chain events at the end and diff it with PostgreSQL.")
     ] = True,
+    serve: Annotated[
+        bool,
+        typer.Option(
+            help="After the report, keep the backend and its explorer (with the indexer, anvil and the object "
+            "store) up until Ctrl-C, and print the explorer's URL; the exit code stays the run's.",
+        ),
+    ] = False,
     heldout_problems: Annotated[
         int,
         typer.Option(
@@ -237,6 +244,7 @@ def run(
             heldout_problems=heldout_problems,
             workers=workers,
             validators=validators,
+            serve=serve,
         )
     except ValueError as exc:  # the run's own rules, e.g. a cheater needs an honest node beside it
         raise typer.BadParameter(str(exc)) from exc

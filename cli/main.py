@@ -48,6 +48,7 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
     ("storage", "storage", "Operators: run the devnet S3 object store (SeaweedFS)."),
     ("relay", "relay", "Operators: relay checkpoints to workers and validators, mirrored from S3 or a relay."),
     ("ledger", "ledger", "Auditors: query the contribution ledger."),
+    ("explorer", "explorer", "Auditors, providers, pool creators: serve the market explorer's web pages."),
     ("devnet", "devnet", "Run the embedded devnet market end to end."),
 )
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import FrameType
@@ -59,6 +60,19 @@ class Interrupts:
         if not self._deferring and self.received is not None and not self._raised:
             self._raise()
 
+    def wait(self, poll: float = 0.5) -> int:
+        """Block until SIGINT or SIGTERM arrives and return it. The signal is the end this wait
+        expected (`devnet run --serve`), not an interruption: it is forgotten, and the run goes on
+        to its cleanup and ends as it would have."""
+        self._deferring += 1
+        try:
+            while self.received is None:
+                time.sleep(poll)
+            signum, self.received = self.received, None
+            return signum
+        finally:
+            self._deferring -= 1
+
     def _raise(self) -> None:
         self._raised = True
         raise KeyboardInterrupt
@@ -95,6 +109,14 @@ def deferred_interrupts() -> AbstractContextManager[None]:
     used around starting a child and recording it, and around stopping children."""
     interrupts = _installed()
     return interrupts.deferred() if interrupts is not None else contextlib.nullcontext()
+
+
+def wait_for_interrupt() -> int:
+    """`Interrupts.wait()` of the running devnet: block until Ctrl-C or SIGTERM."""
+    interrupts = _installed()
+    if interrupts is None:
+        raise RuntimeError("wait_for_interrupt needs a running devnet (catch_interrupts)")
+    return interrupts.wait()
 
 
 def check_interrupted() -> None:

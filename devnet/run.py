@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 import redis
 from proofpool.devnet.adversary import CheatMode, drill_environment, other_model
-from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
+from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts, wait_for_interrupt
 from proofpool.devnet.market import (
     DEVNET_MODEL_URI,
     NODE_COMPUTE_UNITS,
@@ -155,6 +155,9 @@ class DevnetConfig:
     """Validation slots (threads) per validator process (`VALIDATOR_CONCURRENCY`)."""
     validator_env: Mapping[str, str] = field(default_factory=dict)
     """Settings added to the validators' environment (e.g. `PROOFPOOL_VERDICT_MAX_WAIT`)."""
+    serve: bool = False
+    """After the report, keep the backend (and its explorer), the indexer, anvil and the object store
+    up until Ctrl-C, so the finished market can be browsed."""
     worker_env: Mapping[str, str] = field(default_factory=dict)
     """Settings added to the workers' environment (e.g. `PROOFPOOL_WORKER_RELOAD_IN_PLACE`)."""
 
@@ -528,7 +531,19 @@ def _run_devnet(config: DevnetConfig, console: Console, verify: Verify | None, d
         outcome = judge_market(snapshot, config.steps, ledger_problems, missing)
         _print_report(console, config, snapshot, outcome)
         write_json(config.out_dir / "report.json", snapshot, outcome, {"logs": str(stack.root)})
+        if config.serve:
+            serve_until_interrupted(stack, say)
     return outcome
+
+
+def serve_until_interrupted(stack: DevnetStack, say: Callable[[str], None]) -> None:
+    """Keep the finished market's services up, print where to look, and return at Ctrl-C."""
+    say(
+        f"the market stays up until Ctrl-C: explorer {stack.backend_url}/explorer/ , "
+        f"ledger API {stack.backend_url}/v1/ledger/pools"
+    )
+    wait_for_interrupt()
+    say("stopping the market")
 
 
 Verify = Callable[[DevnetStack], list[str]]

@@ -51,7 +51,7 @@ LAYERS: tuple[Layer, ...] = (
     Layer("applications", ("proofpool.cli", "proofpool.devnet")),
     Layer(
         "services",
-        ("proofpool.backend", "proofpool.worker", "proofpool.validator", "proofpool.trainer"),
+        ("proofpool.backend", "proofpool.worker", "proofpool.validator", "proofpool.trainer", "proofpool.explorer"),
         independent=True,
     ),
     Layer("adapters", ("proofpool.infra", "proofpool.inference", "proofpool.envs", "proofpool.training")),

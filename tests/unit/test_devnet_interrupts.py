@@ -6,9 +6,10 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import threading
 
 import pytest
-from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts
+from proofpool.devnet.interrupt import catch_interrupts, check_interrupted, deferred_interrupts, wait_for_interrupt
 
 
 def deliver(signum: int) -> None:
@@ -86,3 +87,34 @@ def test_the_previous_handlers_are_restored() -> None:
     with catch_interrupts():
         pass
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def _signal_soon(signum: int, after: float = 0.2) -> threading.Timer:
+    timer = threading.Timer(after, os.kill, (os.getpid(), signum))
+    timer.start()
+    return timer
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_waiting_for_the_signal_takes_it_as_the_end_not_an_interruption(signum: int) -> None:
+    """`devnet run --serve`: Ctrl-C ends the wait, and the run then ends as it would have."""
+    with catch_interrupts():
+        _signal_soon(signum)
+        assert wait_for_interrupt() == signum
+        check_interrupted()  # forgotten: no KeyboardInterrupt
+    # and the block did not end in KeyboardInterrupt either
+
+
+@pytest.mark.timeout(30)
+def test_a_signal_after_the_wait_interrupts_as_usual() -> None:
+    with pytest.raises(KeyboardInterrupt), catch_interrupts():
+        _signal_soon(signal.SIGINT)
+        wait_for_interrupt()
+        _signal_soon(signal.SIGINT).join()
+        check_interrupted()
+
+
+def test_waiting_outside_a_devnet_run_is_an_error() -> None:
+    with pytest.raises(RuntimeError, match="running devnet"):
+        wait_for_interrupt()
