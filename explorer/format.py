@@ -8,26 +8,13 @@ and addresses shortened (the full value in the element's title), times in UTC. M
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
-from typing import Any
 
 from proofpool.infra.chain.units import format_pool
 
 SHORT_HEAD = 8
 """Characters kept at the start of a shortened hash or address (with the 0x)."""
 SHORT_TAIL = 4
-
-
-def raw(value: Any) -> str:
-    """A JSON value as text: null empty, booleans true/false, lists compact JSON, else as is."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | dict):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
 
 
 def tokens(units: str | int) -> str:

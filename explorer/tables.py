@@ -17,6 +17,8 @@ from typing import Any
 from proofpool.explorer import format as fmt
 from proofpool.explorer.links import Href
 
+from proofpool.core.ledger_listings import csv_cell
+
 Row = dict[str, Any]
 
 PAGE_ROWS = 50
@@ -60,7 +62,7 @@ class Col:
 class Cell:
     column: str
     value: str
-    """The raw JSON value as text (`format.raw`)."""
+    """The raw JSON value as text, as the API's CSV writes it (`csv_cell`)."""
     text: str
     title: str | None
     href: str | None
@@ -71,7 +73,7 @@ def cell(column: Col, row: Row) -> Cell:
     value = row.get(column.name)
     text, title = _written(column.show, value)
     href = column.href(row) if column.href is not None and value is not None else None
-    return Cell(column.name, fmt.raw(value), text, title, href, column.show in NUMERIC)
+    return Cell(column.name, csv_cell(value), text, title, href, column.show in NUMERIC)
 
 
 def _written(show: Show, value: Any) -> tuple[str, str | None]:
@@ -123,5 +125,5 @@ class Table:
         writer = csv.writer(out, lineterminator="\n")
         writer.writerow([column.name for column in self.columns])
         for row in self.rows:
-            writer.writerow([fmt.raw(row.get(column.name)) for column in self.columns])
+            writer.writerow([csv_cell(row.get(column.name)) for column in self.columns])
         return out.getvalue()

@@ -27,7 +27,7 @@ from proofpool.backend.db import ledger
 from proofpool.backend.db.ledger import InvalidCursor, SubmissionDetail
 from pydantic import TypeAdapter
 
-from proofpool.core.ledger_listings import LISTINGS, Listing
+from proofpool.core.ledger_listings import LISTINGS, Listing, csv_cell
 
 log = logging.getLogger(__name__)
 
@@ -93,17 +93,6 @@ def _csv_response(listing: Listing, page: ledger.Page[Any]) -> Response:
         writer.writerow([csv_cell(values[name]) for name in names])
     headers = {NEXT_CURSOR_HEADER: page.next_cursor} if page.next_cursor else {}
     return Response(out.getvalue(), media_type="text/csv", headers=headers)
-
-
-def csv_cell(value: Any) -> str:
-    """One JSON value as a CSV cell; a list or object (a bundle's files) as compact JSON text."""
-    if value is None:
-        return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | dict):
-        return json.dumps(value, separators=(",", ":"))
-    return str(value)
 
 
 def _add_list_route(listing: Listing) -> None:

@@ -15,6 +15,7 @@ from here, so the SQL built from them is never user input.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -618,3 +619,16 @@ LISTINGS: dict[str, Listing] = {
     )
 }  # fmt: skip
 """Every listing by name, in the order the API and the CLI present them."""
+
+
+def csv_cell(value: object) -> str:
+    """One JSON value of a listing's row as a CSV cell (null empty, booleans true/false, a list or
+    object such as a bundle's files as compact JSON): the ledger API's CSV and the explorer's
+    tables write every cell this way, so a download from either reads the same."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | dict):
+        return json.dumps(value, separators=(",", ":"))
+    return str(value)

@@ -10,6 +10,8 @@ from proofpool.explorer.errors import BadInput
 from proofpool.explorer.params import parse_address, parse_pool_id, parse_position, parse_work_key
 from proofpool.explorer.tables import Col, Show, Table, cell
 
+from proofpool.core.ledger_listings import csv_cell
+
 CHECKSUMMED = "0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65"
 
 
@@ -63,7 +65,7 @@ def test_amounts_are_exact_in_pool(units: str, text: str) -> None:
 
 def test_raw_values_are_written_as_the_api_csv_writes_them() -> None:
     files = [{"work_key": "0xab", "work_units": 7}]
-    assert [fmt.raw(v) for v in (None, True, False, 3, "x", files)] == [
+    assert [csv_cell(v) for v in (None, True, False, 3, "x", files)] == [
         "",
         "true",
         "false",
