@@ -44,7 +44,7 @@ from proofpool.core.spec import NO_SPEC
 from proofpool.envs import resolve_base_model
 from proofpool.infra.http.ledger_client import LedgerClient
 from tests.fixtures.browser import AxeViolation, FocusedElement, PageError, axe_violations, open_page, tab_order
-from tests.unit.test_explorer_markup import PageMarkup, parse_page
+from tests.fixtures.explorer_markup import PageMarkup, parse_page
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(420)]
 

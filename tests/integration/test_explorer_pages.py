@@ -22,7 +22,7 @@ from proofpool.explorer.ledger import ExplorerLedger
 from proofpool.explorer.pages.market import MARKET_STATS
 
 from proofpool.infra.config import get_settings
-from tests.unit.test_explorer_markup import PageMarkup, assert_accessible_structure, parse_page
+from tests.fixtures.explorer_markup import PageMarkup, assert_accessible_structure, parse_page
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -22,7 +22,7 @@ from proofpool.explorer.app import SECURITY_HEADERS, create_explorer
 from proofpool.explorer.ledger import ExplorerLedger
 from proofpool.explorer.pages.market import MARKET_STATS
 
-from tests.unit.test_explorer_markup import assert_accessible_structure, parse_page
+from tests.fixtures.explorer_markup import assert_accessible_structure, parse_page
 
 Row = dict[str, Any]
 
