@@ -142,20 +142,22 @@ POOL_STATS = (
 )
 """A pool's row of `/v1/ledger/pool_stats` (pool_id left out: the page is the pool's)."""
 
+
+def picked(shown: tuple[Col, ...], *names: str) -> tuple[Col, ...]:
+    """The columns of `shown` called `names`, in that order (KeyError for a name it lacks)."""
+    by_name = {column.name: column for column in shown}
+    return tuple(by_name[name] for name in names)
+
+
+MARKET_STATS = ("accepted", "finalized", "invalid", "pending", "slashed", "rewards_paid")
+"""The pool_stats columns the market shows for each pool."""
+
 MARKET = (
-    POOL,
-    Col("status", "Status"),
-    Col("model_uri", "Model"),
-    Col("spec_sha256", "Spec sha256", Show.HASH),
+    *picked(POOL_TERMS, "pool_id", "status", "model_uri", "spec_sha256"),
     Col("latest_checkpoint", "Checkpoint", Show.NUMBER, links.to_pool()),
-    Col("budget", "Budget left", Show.AMOUNT),
+    *picked(POOL_TERMS, "budget"),
     Col("active_members", "Members", Show.COUNT),
-    Col("accepted", "Accepted", Show.COUNT),
-    Col("finalized", "Finalized", Show.COUNT),
-    Col("invalid", "Invalid", Show.COUNT),
-    Col("pending", "Pending", Show.COUNT),
-    Col("slashed", "Slashed", Show.AMOUNT),
-    Col("rewards_paid", "Rewards paid", Show.AMOUNT),
+    *picked(POOL_STATS, *MARKET_STATS),
 )
 """One row per pool: its terms, its pool_stats, its latest checkpoint and its active member count."""
 

@@ -14,8 +14,8 @@ from proofpool.explorer.tables import PAGE_ROWS, Table
 
 router = APIRouter()
 
-MARKET_STATS = ("accepted", "finalized", "invalid", "pending", "slashed", "rewards_paid")
-"""The pool_stats columns the market shows for each pool."""
+MARKET_STATS = columns.MARKET_STATS
+"""The pool_stats columns the market shows for each pool (`columns.MARKET_STATS`)."""
 
 
 async def market_row(ledger: ExplorerLedger, pool: Row) -> Row:

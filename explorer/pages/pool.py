@@ -13,9 +13,10 @@ from proofpool.explorer.deps import Ledger
 from proofpool.explorer.errors import NotFound
 from proofpool.explorer.feed import POLL_SECONDS, feed_table, pool_events
 from proofpool.explorer.ledger import ExplorerLedger, Row
+from proofpool.explorer.pages.sources import listing_source, record_source
 from proofpool.explorer.params import format_position, parse_pool_id, parse_position
 from proofpool.explorer.render import render_page, root_path, row_view
-from proofpool.explorer.tables import PAGE_ROWS, Table
+from proofpool.explorer.tables import Table
 
 router = APIRouter()
 
@@ -56,33 +57,8 @@ async def pool_page(request: Request, pool_id: str, ledger: Ledger) -> Response:
     pid = parse_pool_id(pool_id)
     pool, stats = await asyncio.gather(find_pool(ledger, pid), ledger.one("pool_stats", {"pool_id": pid}))
 
-    async def terms(_: str | None) -> Table:
-        return Table("terms", "Terms", columns.POOL_TERMS, [pool], record=True)
-
-    async def statistics(_: str | None) -> Table:
-        return Table(
-            "stats",
-            "Submissions and payments",
-            columns.POOL_STATS,
-            [stats] if stats else [],
-            empty="No submission, slash or payment in this pool yet.",
-            record=True,
-        )
-
     async def ranking(_: str | None) -> Table:
         return await leaderboard(ledger, pid)
-
-    async def checkpoints(cursor: str | None) -> Table:
-        page = await ledger.page("checkpoints", {"pool_id": pid}, cursor=cursor, limit=PAGE_ROWS)
-        return Table(
-            "checkpoints",
-            "Checkpoints, oldest first",
-            columns.CHECKPOINTS,
-            page.items,
-            page.next_cursor,
-            empty="No checkpoint published yet.",
-            anchor=lambda row: f"checkpoint-{row['version']}",
-        )
 
     async def feed(_: str | None) -> Table:
         return feed_table(await pool_events(ledger, pid))
@@ -94,7 +70,19 @@ async def pool_page(request: Request, pool_id: str, ledger: Ledger) -> Response:
         "feed_url": f"{root_path(request)}/pools/{pid}/feed",
         "poll_ms": POLL_SECONDS * 1000,
     }
-    sources = {"terms": terms, "stats": statistics, "leaderboard": ranking, "checkpoints": checkpoints, "feed": feed}
+    sources = {
+        "terms": record_source("terms", "Terms", columns.POOL_TERMS, pool),
+        "stats": record_source(
+            "stats", "Submissions and payments", columns.POOL_STATS, stats or None,
+            empty="No submission, slash or payment in this pool yet.",
+        ),
+        "leaderboard": ranking,
+        "checkpoints": listing_source(
+            ledger, "checkpoints", {"pool_id": pid}, "checkpoints", "Checkpoints, oldest first", columns.CHECKPOINTS,
+            empty="No checkpoint published yet.", anchor=lambda row: f"checkpoint-{row['version']}",
+        ),
+        "feed": feed,
+    }  # fmt: skip
     return await render_page(request, "pool.html", context, sources)
 
 

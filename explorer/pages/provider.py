@@ -8,10 +8,9 @@ from fastapi.responses import Response
 from proofpool.explorer import columns
 from proofpool.explorer.deps import Ledger
 from proofpool.explorer.errors import NotFound
-from proofpool.explorer.pages.submissions_table import submissions_source
+from proofpool.explorer.pages.sources import listing_source, record_source, submissions_source
 from proofpool.explorer.params import parse_address
 from proofpool.explorer.render import render_page
-from proofpool.explorer.tables import PAGE_ROWS, Table
 
 router = APIRouter()
 
@@ -23,34 +22,18 @@ async def provider_page(request: Request, address: str, ledger: Ledger) -> Respo
     if row is None:
         raise NotFound(f"the ledger has no provider {provider}")
 
-    async def stake(_: str | None) -> Table:
-        return Table("stake", "Stake", columns.STAKE, [row], record=True)
-
-    async def nodes(cursor: str | None) -> Table:
-        page = await ledger.page("nodes", {"provider": provider}, cursor=cursor, limit=PAGE_ROWS)
-        return Table("nodes", "Nodes", columns.NODES, page.items, page.next_cursor, empty="No node registered.")
-
-    async def slashes(cursor: str | None) -> Table:
-        page = await ledger.page("slashes", {"provider": provider}, cursor=cursor, limit=PAGE_ROWS)
-        return Table("slashes", "Slashes", columns.SLASHES, page.items, page.next_cursor, empty="Never slashed.")
-
-    async def rewards(cursor: str | None) -> Table:
-        page = await ledger.page("rewards", {"account": provider}, cursor=cursor, limit=PAGE_ROWS)
-        return Table(
-            "rewards",
-            "Rewards and withdrawals",
-            columns.REWARDS,
-            page.items,
-            page.next_cursor,
-            empty="No reward credited yet.",
-        )
-
+    mine = {"provider": provider}
     sources = {
-        "stake": stake,
-        "nodes": nodes,
-        "submissions": submissions_source(ledger, {"provider": provider}, "Submissions of its nodes, oldest first"),
-        "slashes": slashes,
-        "rewards": rewards,
-    }
+        "stake": record_source("stake", "Stake", columns.STAKE, row),
+        "nodes": listing_source(ledger, "nodes", mine, "nodes", "Nodes", columns.NODES, empty="No node registered."),
+        "submissions": submissions_source(ledger, mine, "Submissions of its nodes, oldest first"),
+        "slashes": listing_source(
+            ledger, "slashes", mine, "slashes", "Slashes", columns.SLASHES, empty="Never slashed."
+        ),
+        "rewards": listing_source(
+            ledger, "rewards", {"account": provider}, "rewards", "Rewards and withdrawals", columns.REWARDS,
+            empty="No reward credited yet.",
+        ),
+    }  # fmt: skip
     context = {"title": f"Provider {provider}", "slug": f"provider-{provider}", "address": provider}
     return await render_page(request, "provider.html", context, sources)

@@ -9,6 +9,7 @@ from fastapi.responses import Response
 from proofpool.explorer import columns
 from proofpool.explorer.deps import Ledger
 from proofpool.explorer.errors import NotFound
+from proofpool.explorer.pages.sources import record_source
 from proofpool.explorer.params import parse_pool_id, parse_work_key
 from proofpool.explorer.render import render_page
 from proofpool.explorer.tables import Table
@@ -23,9 +24,6 @@ async def submission_page(request: Request, pool_id: str, work_key: str, ledger:
     if detail is None:
         raise NotFound(f"pool {pid} has no submission {key}")
     work = detail["submission"]
-
-    async def submission(_: str | None) -> Table:
-        return Table("submission", "Submission", columns.SUBMISSION, [work], record=True)
 
     async def files(_: str | None) -> Table:
         return Table(
@@ -54,5 +52,11 @@ async def submission_page(request: Request, pool_id: str, work_key: str, ledger:
                      empty="Nothing paid for it yet.")  # fmt: skip
 
     context = {"title": f"Submission {key}", "slug": f"submission-{pid}-{key}", "submission": work}
-    sources = {"submission": submission, "files": files, "verdicts": verdicts, "slashes": slashes, "credits": credits}
+    sources = {
+        "submission": record_source("submission", "Submission", columns.SUBMISSION, work),
+        "files": files,
+        "verdicts": verdicts,
+        "slashes": slashes,
+        "credits": credits,
+    }
     return await render_page(request, "submission.html", context, sources)

@@ -464,7 +464,7 @@ def test_each_csv_download_is_exactly_the_table_shown(explorer, world, path, tab
 
 
 def test_tables_page_with_the_api_cursor_and_the_csv_follows_the_page(explorer, world, monkeypatch):
-    monkeypatch.setattr("proofpool.explorer.pages.submissions_table.PAGE_ROWS", 2)
+    monkeypatch.setattr("proofpool.explorer.pages.sources.PAGE_ROWS", 2)
     first = parse_page(explorer.get(f"/providers/{world.ids['provider']}").text)
     nexts = [href for href in first.links if "submissions_cursor=" in href and "format=csv" not in href]
     assert len(nexts) == 1
