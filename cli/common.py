@@ -10,16 +10,18 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, ParamSpec, TypeVar
 
 import typer
 from rich.console import Console
-from web3.types import TxReceipt
 
 from proofpool.core.errors import ProofpoolError
-from proofpool.infra.chain.accounts import load_account
-from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.config import get_settings
+
+if TYPE_CHECKING:  # web3 takes most of a second to import: only the commands that talk to a chain pay it
+    from web3.types import TxReceipt
+
+    from proofpool.infra.chain.client import ChainClient
 
 console = Console()
 
@@ -122,11 +124,16 @@ def down_command(group: str, option: Path | None, state: Path) -> str:
 
 def signer_client(key: str | None, rpc_url: str | None) -> ChainClient:
     """A client that sends as the given key."""
+    from proofpool.infra.chain.accounts import load_account
+    from proofpool.infra.chain.client import ChainClient
+
     return ChainClient.from_settings(load_account(key), rpc_url=rpc_url)
 
 
 def reader_client(rpc_url: str | None) -> ChainClient:
     """A read-only client."""
+    from proofpool.infra.chain.client import ChainClient
+
     return ChainClient.from_settings(None, rpc_url=rpc_url)
 
 

@@ -6,28 +6,18 @@ message and exit code 1 (`--verbose` keeps the traceback); anything else is a bu
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import logging
 import sys
+from collections.abc import Collection, Sequence
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from proofpool.core.errors import ProofpoolError
-
-app = typer.Typer(
-    name="proofpool",
-    help="Blockchain-anchored compute marketplace for decentralized RL: chain, pools, providers, "
-    "workers, validators, trainer and ledger.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    # click's plain help, for every command below: it wraps option names, defaults and help at
-    # the terminal's width ($COLUMNS), where typer's rich panels cut long words ("--samples-per-st…",
-    # "$PROOFPOOL_PRIVATE_KE…") to fit their seven columns into 80.
-    rich_markup_mode=None,
-)
 
 # (group name, module under proofpool.cli, help) - modules import heavy libraries lazily.
 GROUPS: tuple[tuple[str, str, str], ...] = (
@@ -55,7 +45,6 @@ GROUPS: tuple[tuple[str, str, str], ...] = (
 _state = {"verbose": False}
 
 
-@app.callback()
 def main(
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show tracebacks and debug logs."),
 ) -> None:
@@ -67,11 +56,28 @@ def main(
     )
 
 
-def _mount() -> None:
+def build_app(groups: Collection[str] | None = None) -> typer.Typer:
+    """The `proofpool` command with the named groups mounted (None: every group). A group's module
+    imports what its commands need (web3, torch, vLLM...) at import, which costs up to seconds, so
+    the console script mounts only the group it was asked for (`run`)."""
+    app = typer.Typer(
+        name="proofpool",
+        help="Blockchain-anchored compute marketplace for decentralized RL: chain, pools, providers, "
+        "workers, validators, trainer and ledger.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        # click's plain help, for every command below: it wraps option names, defaults and help at
+        # the terminal's width ($COLUMNS), where typer's rich panels cut long words ("--samples-per-st…",
+        # "$PROOFPOOL_PRIVATE_KE…") to fit their seven columns into 80.
+        rich_markup_mode=None,
+    )
+    app.callback()(main)
     for name, module, help_text in GROUPS:
-        group = importlib.import_module(f"proofpool.cli.{module}").app
-        _give_full_summaries(group)
-        app.add_typer(group, name=name, help=help_text, short_help=help_text)
+        if groups is None or name in groups:
+            group = importlib.import_module(f"proofpool.cli.{module}").app
+            _give_full_summaries(group)
+            app.add_typer(group, name=name, help=help_text, short_help=help_text)
+    return app
 
 
 def _give_full_summaries(group: typer.Typer) -> None:
@@ -85,7 +91,24 @@ def _give_full_summaries(group: typer.Typer) -> None:
             command.short_help = " ".join(text.split("\n\n", 1)[0].split())
 
 
-_mount()
+def requested_group(argv: Sequence[str]) -> str | None:
+    """The group a command line names (`proofpool -v ledger pools` -> `ledger`), or None when it
+    names none (`proofpool --help`, a typo): then every group is mounted, to list or suggest them."""
+    words = [arg for arg in argv if not arg.startswith("-")]
+    names = {name for name, _, _ in GROUPS}
+    return words[0] if words and words[0] in names else None
+
+
+@functools.cache
+def _full_app() -> typer.Typer:
+    return build_app()
+
+
+def __getattr__(name: str) -> typer.Typer:
+    """`app`: the command with every group (tests, documentation), built on first use."""
+    if name == "app":
+        return _full_app()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run() -> None:
@@ -93,7 +116,9 @@ def run() -> None:
     try:
         # Without standalone mode a command's `typer.Exit(code)` (and Ctrl-C's 130) is returned,
         # not raised: pass it on, or `ledger verify`'s 1/2 and `devnet run`'s 1 would exit 0.
-        code = app(standalone_mode=False)
+        group = requested_group(sys.argv[1:])
+        command = build_app(None if group is None else {group})
+        code = command(standalone_mode=False)
         if isinstance(code, int) and not isinstance(code, bool) and code != 0:
             sys.exit(code)
     except ProofpoolError as exc:
