@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from proofpool.backend.api import health, ledger, nodes, orchestrator, uploads
+from proofpool.backend.api import health, ledger, ledger_checks, nodes, orchestrator, uploads
 from proofpool.backend.api.errors import install_error_handlers
 from proofpool.backend.api.heartbeat_route import HeartbeatEndpoint
 from proofpool.backend.api.openapi import install_error_docs
@@ -124,7 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.request_max_bytes)
     install_error_handlers(app)
     app.include_router(health.router)
-    for router in (nodes.router, orchestrator.router, uploads.router, ledger.router):
+    for router in (nodes.router, orchestrator.router, uploads.router, ledger.router, ledger_checks.router):
         app.include_router(router, prefix=API_PREFIX)
     install_lean_heartbeat(app)
     install_error_docs(app)

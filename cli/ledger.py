@@ -2,7 +2,7 @@
 
 Reads only, no key needed. Tables for people (long hashes shortened, amounts in POOL, as many
 columns as fit the terminal, "0 rows" for none), exact values and every column with `--json` or
-`--csv`; `--all` follows cursors to the last page.
+`--csv`; `--all` follows cursors to the last page; `--newest-first` walks the list backwards.
 
 One list command per listing of `proofpool.core.ledger_listings`, made from its declaration: its
 filters become options, its `shown` columns the table. Only the core is imported for that: an
@@ -32,7 +32,16 @@ from rich.measure import Measurement
 from rich.table import Table
 
 from proofpool.core.errors import ProofpoolError
-from proofpool.core.ledger_listings import DEFAULT_PAGE_ROWS, LISTINGS, MAX_PAGE_ROWS, Column, Filter, Kind, Listing
+from proofpool.core.ledger_listings import (
+    DEFAULT_PAGE_ROWS,
+    LISTINGS,
+    MAX_PAGE_ROWS,
+    Column,
+    Filter,
+    Kind,
+    Listing,
+    Order,
+)
 from proofpool.infra.chain.units import DECIMALS
 from proofpool.infra.config import get_settings
 from proofpool.infra.http.ledger_client import LedgerClient, LedgerRefused
@@ -54,6 +63,12 @@ AllOption = Annotated[bool, typer.Option("--all", help="Follow cursors and print
 CursorOption = Annotated[str | None, typer.Option("--cursor", help="Start after this cursor (from a previous page).")]
 JsonOption = Annotated[bool, typer.Option("--json", help="Print the page(s) as JSON (exact values).")]
 CsvOption = Annotated[bool, typer.Option("--csv", help="Print CSV with one header row (exact values).")]
+NewestFirstOption = Annotated[
+    bool,
+    typer.Option(
+        "--newest-first", help="Walk the list backwards, newest first (a cursor continues the order it came from)."
+    ),
+]
 
 
 @dataclass(frozen=True)
@@ -65,6 +80,7 @@ class Paging:
     cursor: str | None
     as_json: bool
     as_csv: bool
+    newest_first: bool
     backend_url: str | None
 
 
@@ -78,6 +94,7 @@ PAGING_OPTIONS = (
     _parameter("cursor", CursorOption, None),
     _parameter("as_json", JsonOption, False),
     _parameter("as_csv", CsvOption, False),
+    _parameter("newest_first", NewestFirstOption, False),
     _parameter("backend_url", BackendOption, None),
 )
 """The options of every list command after its filters, named as the fields of `Paging`."""
@@ -88,7 +105,8 @@ def run_listing(resource: str, filters: dict[str, Any], paging: Paging) -> None:
     if paging.as_json and paging.as_csv:
         raise ProofpoolError("choose one of --json and --csv")
     client = LedgerClient(paging.backend_url or get_settings().backend_url)
-    params = {**filters, "limit": paging.limit, "cursor": paging.cursor}
+    order = Order.DESC.value if paging.newest_first else None  # None: the API's default, oldest first
+    params = {**filters, "limit": paging.limit, "cursor": paging.cursor, "order": order}
     try:
         if paging.as_csv:
             _print_csv(client.csv_pages(resource, params, paging.all_pages), paging.all_pages)
@@ -236,7 +254,7 @@ def _filter_option(listing: Listing, filter_: Filter) -> inspect.Parameter:
         annotation = Annotated[choices | None, typer.Option(help=filter_.doc)]
     elif column.kind is Kind.INT:
         annotation = Annotated[int | None, typer.Option(min=0, help=filter_.doc)]
-    else:  # addresses and times
+    else:  # addresses, hashes and times
         annotation = Annotated[str | None, typer.Option(help=filter_.doc)]
     return _parameter(filter_.name, annotation, None)
 
@@ -284,6 +302,77 @@ def submission(
     for part in ("verdicts", "slashes", "rewards"):
         if detail[part]:
             print_table(console, part, detail[part])
+
+
+def _submission_check(path: str, backend_url: str | None) -> dict[str, Any]:
+    """GET one of a submission's check routes; a backend that cannot reach the chain or the store
+    (503) exits 2, like `ledger verify` when it could not verify; any other refusal is an error."""
+    client = LedgerClient(backend_url or get_settings().backend_url)
+    try:
+        return client.get(path, {}).json()
+    except LedgerRefused as exc:
+        if exc.status == 503:
+            Console(stderr=True).print(f"[red]error:[/red] could not check: {escape(str(exc.detail))}")
+            raise typer.Exit(2) from None
+        raise
+    finally:
+        client.close()
+
+
+@app.command("verify-submission")
+def verify_submission(
+    pool_id: int = typer.Argument(..., min=0, help="Pool id."),
+    work_key: str = typer.Argument(..., help="Work key: sha256 of the rollout file or a bundle's key, 0x-hex."),
+    as_json: JsonOption = False,
+    backend_url: BackendOption = None,
+) -> None:
+    """Check one submission's ledger rows against the chain, as the explorer's "Verify against the
+    chain" button does: its logs and the contract's status up to the block the indexer reached
+    (`/v1/ledger/submissions/{pool}/{key}/verify`, docs/ledger.md). Exit 0 when every check
+    passes, 1 when one fails, 2 when the backend could not read the chain."""
+    result = _submission_check(f"submissions/{pool_id}/{work_key}/verify", backend_url)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        console = Console(soft_wrap=True)  # a long work key or detail wraps in the terminal, not mid-line here
+        console.print(
+            f"submission {escape(work_key)} of pool {pool_id}: {'OK' if result['ok'] else 'FAILED'} "
+            f"(chain {result['chain_id']}, blocks {result['from_block']}..{result['to_block']}, "
+            f"{result['logs']} logs)"
+        )
+        for check in result["checks"]:
+            mark = "[green]ok[/green]  " if check["ok"] else "[red]FAIL[/red]"
+            console.print(f"  {mark} {check['name']}: {escape(check['detail'])}")
+    if not result["ok"]:
+        raise typer.Exit(1)
+
+
+@app.command()
+def evidence(
+    pool_id: int = typer.Argument(..., min=0, help="Pool id."),
+    work_key: str = typer.Argument(..., help="Work key: sha256 of the rollout file or a bundle's key, 0x-hex."),
+    as_json: JsonOption = False,
+    backend_url: BackendOption = None,
+) -> None:
+    """Each verdict on one submission with its evidence document, checked against the commitment
+    its transaction carries (`/v1/ledger/submissions/{pool}/{key}/evidence`, docs/ledger.md).
+    --json prints the documents too. Exit 0 unless a document does not match its commitment (1)
+    or the backend could not read the chain or the store (2)."""
+    result = _submission_check(f"submissions/{pool_id}/{work_key}/evidence", backend_url)
+    if as_json:
+        typer.echo(json.dumps(result, indent=2))
+    else:
+        console = Console(soft_wrap=True)  # a long work key or detail wraps in the terminal, not mid-line here
+        if not result["verdicts"]:
+            console.print("no verdict yet")
+        for row in result["verdicts"]:
+            reason = f" ({row['reason']})" if row["reason"] else ""
+            console.print(
+                f"{row['verdict']}{escape(reason)} by {row['validator']} in block {row['block_number']}: "
+                f"[bold]{row['status']}[/bold] - {escape(row['detail'])}"
+            )
+    if any(row["matches"] is False for row in result["verdicts"]):
+        raise typer.Exit(1)
 
 
 def print_files(console: Console, files: list[dict[str, Any]]) -> None:

@@ -29,12 +29,16 @@ SUBMISSIONS = (
 SUBMISSIONS_WITH_REASON = (*SUBMISSIONS[:5], Col("reason", "Reason"), *SUBMISSIONS[5:])
 """Submissions with the reason code of an invalid verdict (from the submission's verdicts)."""
 
+LAG = Col("lag_blocks", "Lag (blocks)", Show.COUNT)
+"""A verdict's lag: blocks from the submission's log to the verdict's."""
+
 VERDICTS = (
     POOL,
     WORK_KEY,
     Col("verdict", "Verdict"),
     Col("reason", "Reason"),
     Col("validator", "Validator", Show.ADDRESS, links.to_validator()),
+    LAG,
     BLOCK,
     TX_OF_SUBMISSION,
 )
@@ -231,6 +235,7 @@ SUBMISSION_VERDICTS = (
     Col("verdict", "Verdict"),
     Col("reason", "Reason"),
     Col("validator", "Validator", Show.ADDRESS, links.to_validator()),
+    LAG,
     BLOCK,
     Col("tx_hash", "Transaction", Show.HASH),
 )

@@ -2,8 +2,9 @@
 form it should take (a 4xx page), never an empty page or a stack trace.
 
 The forms are the ledger API's (docs/ledger.md): addresses in any case but a mixed-case one must
-carry a valid checksum (it is probably a typo), work keys 0x and 64 hex digits, pool ids
-non-negative 64-bit integers.
+carry a valid checksum (it is probably a typo), work keys 0x and 64 hex digits (as are the file
+keys and transaction hashes a search takes: `is_work_key` tells the form, not what it names),
+pool ids non-negative 64-bit integers.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ def is_address(text: str) -> bool:
 
 
 def is_work_key(text: str) -> bool:
+    """Whether `text` has the form of a work key (0x and 64 hex digits: also a file key or a
+    transaction hash)."""
     return _WORK_KEY.fullmatch(text) is not None
 
 

@@ -8,7 +8,8 @@ pool's codec, metadata of this pool, node, round and spec). When `round_decision
 runs `proofpool.training.rounds.outer_round` (average in work-key order, optional clip, outer
 Nesterov step on the fp32 weights with the momentum stored in checkpoint v), writes checkpoint
 v+1 with its momentum and round record (`write_round_checkpoint`) and publishes it
-(`publish_checkpoint`: store, then chain), then scores it on the dataset's held-out rows.
+(`publish_checkpoint`: store, then chain) with the round's figures in its `proofpool-metrics.json`
+(contributors, delta norm, mean inner losses), then scores it on the dataset's held-out rows.
 
 Its only state is what the chain and the store hold: the latest published version, checkpoint v
 and its momentum. A restarted aggregator, or another machine with the manager key, computes the
@@ -49,7 +50,7 @@ from proofpool.core.diloco.spec import DilocoSpec
 from proofpool.core.diloco.update_file import Update
 from proofpool.core.errors import ProofpoolError, ServiceUnavailable
 from proofpool.infra.chain.client import ChainClient
-from proofpool.infra.checkpoint import DEFAULT_SHARD_SIZE, publish_checkpoint
+from proofpool.infra.checkpoint import DEFAULT_SHARD_SIZE, publish_checkpoint, publishable_figures
 from proofpool.infra.http.ledger_client import LedgerClient, LedgerRefused
 from proofpool.infra.storage import ObjectStore, StorageError
 from proofpool.training.dataset import load_dataset
@@ -316,17 +317,32 @@ class Aggregator:
         weights, momentum, record = outer_round(
             current.previous_dir, updates, spec, self.pool_id, round_, current.previous_manifest
         )
+        losses = [update.meta.losses for _, update in updates]
+        inner_loss = statistics.fmean(statistics.fmean(trace) for trace in losses)
+        inner_loss_last = statistics.fmean(trace[-1] for trace in losses)
+        figures = {
+            "contributors": len(record.included),
+            "delta_norm": record.delta_norm,
+            "inner_loss": inner_loss,
+            "inner_loss_last": inner_loss_last,
+        }  # the checkpoint's proofpool-metrics.json; the eval loss comes after publication
         self.config.state_dir.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="proofpool-round-", dir=self.config.state_dir) as tmp:
             out_dir = Path(tmp) / "model"
             write_round_checkpoint(current.previous_dir, weights, momentum, record, out_dir)
             aggregated = time.monotonic()
             published = publish_checkpoint(
-                self.client, self.store, self.pool_id, round_ + 1, out_dir, self.config.shard_size, work_dir=Path(tmp)
+                self.client,
+                self.store,
+                self.pool_id,
+                round_ + 1,
+                out_dir,
+                self.config.shard_size,
+                work_dir=Path(tmp),
+                figures=publishable_figures(figures),
             )
             publishing_done = time.monotonic()
             loss = self._eval(out_dir)
-        losses = [update.meta.losses for _, update in updates]
         result = RoundResult(
             round=round_,
             version=published.version,
@@ -335,8 +351,8 @@ class Aggregator:
             contributors=record.contributors,
             delta_norm=record.delta_norm,
             eval_loss=loss,
-            inner_loss=statistics.fmean(statistics.fmean(trace) for trace in losses),
-            inner_loss_last=statistics.fmean(trace[-1] for trace in losses),
+            inner_loss=inner_loss,
+            inner_loss_last=inner_loss_last,
             manifest_sha256=published.manifest_sha256.hex(),
             tx_hash="0x" + published.tx_hash.hex(),
             seconds={

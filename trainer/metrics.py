@@ -1,5 +1,7 @@
 """Per-step metrics of the trainer: a CSV row per step and a reward/loss plot (PNG) redrawn
-after every step, so a pool creator sees the curve while training runs.
+after every step, so a pool creator sees the curve while training runs; and the figures each
+published checkpoint carries in its `proofpool-metrics.json` (`checkpoint_figures`), which the
+ledger serves and the explorer draws.
 
 A step's row holds its training figures and the held-out evaluation of the version it published
 (`heldout_accuracy`, `heldout_reward`, `heldout_problems`, `heldout_seconds`); the first row of a
@@ -10,14 +12,43 @@ row per step, and `heldout_by_version` reads the held-out curve back from it.
 from __future__ import annotations
 
 import csv
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from proofpool.trainer.heldout import HeldOutScore
 
+from proofpool.infra.checkpoint import publishable_figures
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from proofpool.trainer.step import StepMetrics
+
+    from proofpool.infra.checkpoint.metrics import Figure as MetricsFigure
+
+CHECKPOINT_FIGURES: Final = (
+    "mean_reward",
+    "loss",
+    "samples",
+    "tokens",
+    "groups_kept",
+    "groups_dropped",
+    "grad_norm",
+    "clip_low_frac",
+    "clip_high_frac",
+    "delta_frac",
+    "ratio_mean",
+)
+"""The step's figures its checkpoint carries: what the step measured of the rollouts and of the
+update. Left out: wall-clock times (of this machine, not of the training) and flags; the held-out
+evaluation, which runs after publication so that workers get the checkpoint without waiting."""
+
+
+def checkpoint_figures(step: StepMetrics) -> dict[str, MetricsFigure]:
+    """The figures of `step` for the checkpoint it publishes (a non-finite loss is left out)."""
+    values = dataclasses.asdict(step)
+    return publishable_figures({name: values[name] for name in CHECKPOINT_FIGURES})
 
 
 def append_csv(path: Path, row: Mapping[str, Any]) -> None:

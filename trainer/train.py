@@ -4,9 +4,12 @@ Step n starts from checkpoint version n (the pool's base model for n = 0), gathe
 `samples_per_step` rows from accepted files of versions >= n - k, takes one GRPO step
 (`proofpool.trainer.step.grpo_step`), and publishes the result as version n + 1: sharded safetensors and a
 manifest in the store, the manifest's sha256 on-chain (`proofpool.infra.checkpoint.publish_checkpoint`),
-so heartbeats hand it to workers and validators load it. The last k + 1 versions stay in the
-store; older ones are deleted. After each publication the state (weights, optimizer, step, files
-used) is saved, so a restarted trainer continues where it stopped. Then the published version is
+so heartbeats hand it to workers and validators load it; the checkpoint carries the step's
+figures (`proofpool-metrics.json`, `proofpool.trainer.metrics.checkpoint_figures`), which the
+ledger serves per version. The last k + 1 versions stay in the store; older ones are deleted
+(their manifest and figures stay, in the metrics record). After each publication the state
+(weights, optimizer, step, files used) is saved, so a restarted trainer continues where it
+stopped. Then the published version is
 measured on the pool's held-out problems (`proofpool.trainer.heldout`; the base model too, before
 the first step of a fresh run), and the step's row goes to `metrics.csv` and `reward.png`.
 
@@ -33,7 +36,7 @@ from proofpool.trainer.behavior import BehaviorPolicies
 from proofpool.trainer.config import GrpoConfig
 from proofpool.trainer.data import RolloutSource, gather
 from proofpool.trainer.heldout import HeldOut, HeldOutScore
-from proofpool.trainer.metrics import append_csv, plot, read_csv
+from proofpool.trainer.metrics import append_csv, checkpoint_figures, plot, read_csv
 from proofpool.trainer.policy import Policy
 from proofpool.trainer.screen import ModelLimits, PoisonList
 from proofpool.trainer.state import TrainerState, load_state, save_state
@@ -179,7 +182,14 @@ def run_trainer(
             policy.sync()  # rank 0's whole model now holds the step's weights
             followers_waiting = True
             published = publish_checkpoint(
-                client, store, pool, step + 1, policy.whole_model, config.shard_size, assets_dir=base_dir
+                client,
+                store,
+                pool,
+                step + 1,
+                policy.whole_model,
+                config.shard_size,
+                assets_dir=base_dir,
+                figures=checkpoint_figures(metrics),
             )
             pruned = prune_checkpoints(store, pool, keep_from=step + 1 - config.async_level)
             behavior.remember(step + 1, policy.whole_model.state_dict())

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from eth_utils import to_checksum_address
@@ -92,9 +92,3 @@ def publish_verdict(
     }
     document = evidence_document(pool_id, work_key, validator, kind, verdict.reason, evidence)
     return evidence, publish_evidence(store, pool_id, work_key, validator, document, review_of_block=review_of_block)
-
-
-def batch_evidence_sha256(hashes: Sequence[bytes | None]) -> bytes:
-    """The commitment of an `attestWork` batch: sha256 over its keys' evidence hashes in batch order
-    (a key decided without evidence counts as 32 zero bytes)."""
-    return hashlib.sha256(b"".join(h if h is not None else bytes(32) for h in hashes)).digest()

@@ -28,7 +28,6 @@ from datetime import datetime
 
 import requests
 from proofpool.validator import review_store, stages, store
-from proofpool.validator.evidence import batch_evidence_sha256
 from proofpool.validator.review_store import Review
 from proofpool.validator.store import DueRow, Key, SentRejection, VerdictKind
 from psycopg import Connection
@@ -37,6 +36,7 @@ from web3.exceptions import Web3Exception
 from web3.types import TxReceipt
 
 from proofpool.core.errors import ProofpoolError, ServiceUnavailable
+from proofpool.core.evidence import batch_evidence_sha256
 from proofpool.infra.chain.bindings import NO_EVIDENCE, Work, WorkStatus
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.chain.errors import ChainError, ContractRevert, NonceConflict, TxTimeout

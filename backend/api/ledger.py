@@ -1,9 +1,10 @@
 """The public contribution ledger: read-only, unsigned, for auditors, trainers and dashboards.
 
-Every list is a keyset page (`limit`, `cursor` -> `items`, `next_cursor`) in JSON or, with
-`?format=csv`, CSV with the next cursor in the `X-Next-Cursor` header. Every row of a chain
-list names the block and transaction that produced it, so any figure can be checked against
-the chain; the statistics lists (pool_stats, contributors, validator_stats) sum those rows.
+Every list is a keyset page (`limit`, `cursor` -> `items`, `next_cursor`), oldest first or with
+`?order=desc` newest first, in JSON or, with `?format=csv`, CSV with the next cursor in the
+`X-Next-Cursor` header. Every row of a chain list names the block and transaction that produced
+it, so any figure can be checked against the chain; the statistics lists (pool_stats,
+contributors, validator_stats) sum those rows.
 
 One route per listing of `proofpool.core.ledger_listings`, made below from its declaration; the
 one hand-written route looks up a single submission with its verdicts, slash and credits.
@@ -43,7 +44,10 @@ def _csv_doc(listing: Listing) -> dict[int | str, dict[str, Any]]:
             "description": f"JSON page, or with format=csv a header row ({', '.join(_header(listing))}) "
             f"and one line per row; the next cursor is in the {NEXT_CURSOR_HEADER} header.",
         },
-        422: {"description": "`invalid_cursor`: `cursor` is not one this listing handed out."},
+        422: {
+            "description": "`invalid_cursor`: `cursor` is not one this listing handed out in this `order`; "
+            "`invalid_request`: a malformed parameter."
+        },
     }
 
 
@@ -54,14 +58,16 @@ def _header(listing: Listing) -> list[str]:
 async def _page(conn: Conn, listing: Listing, query: PageQuery) -> Any:
     """Fetch one page and render it as the query asks; a foreign cursor is a 422, not a 500."""
     try:
-        page = await ledger.fetch_page(conn, listing, filters=query.filters(), cursor=query.cursor, limit=query.limit)
+        page = await ledger.fetch_page(
+            conn, listing, filters=query.filters(), cursor=query.cursor, limit=query.limit, order=query.order
+        )
     except InvalidCursor as exc:
         log.info("ledger refused a cursor", extra={"listing": listing.name, "reason": str(exc)})
         raise ApiError(422, "invalid_cursor", str(exc)) from exc
     log.debug(
         "ledger page",
         extra={"listing": listing.name, "rows": len(page.items), "more": page.next_cursor is not None,
-               **{k: v for k, v in query.filters().items() if v is not None}},
+               "order": query.order.value, **{k: v for k, v in query.filters().items() if v is not None}},
     )  # fmt: skip
     if query.format == "csv":
         return _csv_response(listing, page)

@@ -2,7 +2,8 @@
 its declaration (`proofpool.core.ledger_listings`).
 
 Queries forbid unknown parameters, so an auditor's typo (`?pool=3`) is a 422, not a silently
-unfiltered list. Addresses are accepted in any case and compared checksummed, as stored.
+unfiltered list. Addresses are accepted in any case and compared checksummed, as stored; hashes
+(work keys, transactions, files) must be 0x and 64 hex digits, in any case.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from proofpool.core.ledger_listings import (
     Kind,
     Listing,
     Match,
+    Order,
 )
 
 Row = TypeVar("Row")
@@ -45,9 +47,18 @@ Address = Annotated[str, Field(max_length=42), AfterValidator(_checksummed)]
 Bigint = Annotated[int, Field(ge=0, le=2**63 - 1)]
 """A non-negative PostgreSQL BIGINT: a larger value could only fail in the database."""
 Timestamp = Annotated[datetime, AfterValidator(_utc)]
-WorkKey = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$", examples=["0x" + "ab" * 32])]
+Hash32 = Annotated[str, Field(pattern=r"^0x[0-9a-fA-F]{64}$", examples=["0x" + "ab" * 32])]
+"""32 bytes as 0x-hex in any case: a work key, a file's sha256, a transaction hash."""
+WorkKey = Hash32
 
-_FILTER_TYPES: dict[Kind, Any] = {Kind.ADDRESS: Address, Kind.INT: Bigint, Kind.BOOL: bool, Kind.TIMESTAMP: Timestamp}
+_FILTER_TYPES: dict[Kind, Any] = {
+    Kind.ADDRESS: Address,
+    Kind.INT: Bigint,
+    Kind.BOOL: bool,
+    Kind.TIMESTAMP: Timestamp,
+    Kind.HASH: Hash32,
+    Kind.FILES: Hash32,  # a file's key (Match.HOLDS)
+}
 """The parameter type of a filter on each kind of column (every kind in `ledger_listings.FILTERABLE`)."""
 
 
@@ -62,6 +73,9 @@ class PageQuery(BaseModel):
     """`next_cursor` of the previous page (CSV: its X-Next-Cursor header); omit for the first page."""
     format: Literal["json", "csv"] = "json"
     """json (default) or csv (a header row, then one line per item)."""
+    order: Order = Order.ASC
+    """asc (default): in the list's order, oldest first; desc: the same order backwards, newest
+    first. A cursor continues only the order it was issued in."""
 
     def filters(self) -> dict[str, Any]:
         """The filter values of this query by name (None: not filtered)."""

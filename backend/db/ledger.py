@@ -6,11 +6,13 @@ from that table, values only as parameters.
 
 Every list is ordered by a unique, indexed key and continued from an opaque cursor naming the
 last row served (`WHERE key > cursor ORDER BY key LIMIT n`), never by OFFSET, so page 10,000 of
-a million submissions costs what page 1 costs.
+a million submissions costs what page 1 costs. Newest first (`Order.DESC`) walks the same key
+backwards (`WHERE key < cursor ORDER BY key DESC`): PostgreSQL reads the same indexes backwards.
+A cursor carries its direction, so it resumes only the walk it came from.
 
 This module is the only place where database types become API types: BYTEA -> 0x-hex,
-NUMERIC(78,0) -> decimal string and a bundle's file arrays -> a JSON list happen in SQL here; the
-work key of a lookup goes hex -> bytes here.
+NUMERIC(78,0) -> decimal string and a bundle's file arrays -> a JSON list happen in SQL here; a
+hash a filter or a lookup names (a work key, a transaction, a file) goes hex -> bytes here.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from proofpool.core.ledger_listings import (
     Kind,
     Listing,
     Match,
+    Order,
 )
 
 _INT64_MAX = 2**63 - 1
@@ -85,6 +88,7 @@ _PYTHON_TYPES: dict[Kind, Any] = {
     Kind.AMOUNT: str,
     Kind.UINT256: str,
     Kind.INT: int,
+    Kind.FLOAT: float,
     Kind.BOOL: bool,
     Kind.TEXT: str,
     Kind.TIMESTAMP: datetime,
@@ -123,6 +127,10 @@ def _predicate(listing: Listing, filter_: Filter) -> str:
     column, value = listing.filter_column(filter_).name, f"%({filter_.name})s"
     if filter_.match is Match.EQUAL:
         return f"{column} = {value}"
+    if filter_.match is Match.HOLDS:
+        # Two indexed lookups the planner ORs (migration 0013): the work key in any pool, and the
+        # GIN index of the bundles' file keys. `@>` rather than `= ANY`: only it uses the GIN index.
+        return f"(work_key = {value} OR file_keys @> ARRAY[{value}::bytea])"
     # Block time never decreases along the chain, so a time window is exactly a block range: its
     # ends come from the covering time index in O(log n) and the page walks a position index
     # (a plain time predicate would lure the planner into sorting the whole window).
@@ -190,14 +198,16 @@ def _rows(conn: AsyncConnection, row: type[Row]) -> AsyncCursor[Row]:
     return cur
 
 
-def encode_cursor(listing: Listing, key: tuple[int | str, ...]) -> str:
-    """An opaque cursor for `listing` that resumes after the row whose sort key is `key`."""
-    raw = json.dumps([listing.name, *key], separators=(",", ":")).encode()
+def encode_cursor(listing: Listing, key: tuple[int | str, ...], order: Order = Order.ASC) -> str:
+    """An opaque cursor for `listing` that resumes after the row whose sort key is `key`, walking
+    in `order`: `[name, order, *key]` as base64url JSON."""
+    raw = json.dumps([listing.name, order.value, *key], separators=(",", ":")).encode()
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
-def decode_cursor(listing: Listing, cursor: str) -> tuple[int | str, ...]:
-    """The sort key a cursor of `listing` carries; `InvalidCursor` for anything else."""
+def decode_cursor(listing: Listing, cursor: str, order: Order = Order.ASC) -> tuple[int | str, ...]:
+    """The sort key a cursor of `listing` in `order` carries; `InvalidCursor` for anything else,
+    a cursor of the other direction included (it would resume a walk it does not belong to)."""
     if not cursor or len(cursor) > MAX_CURSOR_CHARS:
         raise InvalidCursor(f"cursor must be 1..{MAX_CURSOR_CHARS} characters")
     try:
@@ -205,9 +215,13 @@ def decode_cursor(listing: Listing, cursor: str) -> tuple[int | str, ...]:
         data = json.loads(raw)
     except (binascii.Error, ValueError) as exc:
         raise InvalidCursor("cursor is not one this API issued") from exc
-    if not isinstance(data, list) or len(data) != len(listing.key) + 1 or data[0] != listing.name:
+    if not isinstance(data, list) or len(data) != len(listing.key) + 2 or data[0] != listing.name:
         raise InvalidCursor(f"cursor is not a {listing.name} cursor")
-    key = tuple(data[1:])
+    if data[1] != order.value:
+        if data[1] in {other.value for other in Order}:
+            raise InvalidCursor(f"cursor continues a walk with order={data[1]}, not order={order.value}")
+        raise InvalidCursor("cursor is not one this API issued")
+    key = tuple(data[2:])
     for value, name in zip(key, listing.key, strict=True):
         if listing.column(name).kind is Kind.INT:
             if not (type(value) is int and 0 <= value <= _INT64_MAX):
@@ -218,16 +232,37 @@ def decode_cursor(listing: Listing, cursor: str) -> tuple[int | str, ...]:
 
 
 @cache
-def page_sql(listing: Listing, filter_names: frozenset[str], resume: bool) -> str:
+def page_sql(listing: Listing, filter_names: frozenset[str], resume: bool, order: Order = Order.ASC) -> str:
     """The page query for one combination of filters, composed only from the listing's declaration:
-    `WHERE filters AND key > cursor ORDER BY key LIMIT n`, which walks an index in key order."""
+    `WHERE filters AND key > cursor ORDER BY key LIMIT n`, which walks an index in key order; newest
+    first, `key < cursor ORDER BY key DESC` walks it backwards (every key column descending, so one
+    index serves both directions)."""
     predicates = [_SQL[listing].predicates[name] for name in sorted(filter_names)]
     key = ", ".join(listing.key)
+    descending = order is Order.DESC
     if resume:
         marks = ", ".join(f"%(after_{i})s" for i in range(len(listing.key)))
-        predicates.append(f"({key}) > ({marks})")
+        predicates.append(f"({key}) {'<' if descending else '>'} ({marks})")
     where = f" WHERE {' AND '.join(predicates)}" if predicates else ""
-    return f"{_SQL[listing].select}{where} ORDER BY {key} LIMIT %(limit)s"
+    ordered = ", ".join(f"{name} DESC" for name in listing.key) if descending else key
+    return f"{_SQL[listing].select}{where} ORDER BY {ordered} LIMIT %(limit)s"
+
+
+def _hash_bytes(hex_value: str) -> bytes:
+    """0x-hex (checked by the caller: `ledger_models`) as the BYTEA PostgreSQL stores."""
+    return bytes.fromhex(hex_value.removeprefix("0x"))
+
+
+def _bound(listing: Listing, filters: Mapping[str, Any]) -> dict[str, Any]:
+    """The filter values as PostgreSQL compares them: a hash (or a file's key) hex -> bytes."""
+    by_name = {filter_.name: filter_ for filter_ in listing.filters}
+    unknown = set(filters) - set(by_name)
+    if unknown:
+        raise ValueError(f"{listing.name} has no filter {sorted(unknown)}")
+    return {
+        name: _hash_bytes(value) if listing.filter_column(by_name[name]).kind in (Kind.HASH, Kind.FILES) else value
+        for name, value in filters.items()
+    }
 
 
 async def fetch_page(
@@ -237,24 +272,23 @@ async def fetch_page(
     filters: Mapping[str, Any],
     cursor: str | None,
     limit: int,
+    order: Order = Order.ASC,
 ) -> Page[Any]:
-    """One page of `listing`: rows matching every non-None filter, after `cursor`, in key order."""
-    given = {name: value for name, value in filters.items() if value is not None}
-    unknown = set(given) - set(_SQL[listing].predicates)
-    if unknown:
-        raise ValueError(f"{listing.name} has no filter {sorted(unknown)}")
+    """One page of `listing`: rows matching every non-None filter, after `cursor`, in key order
+    (`Order.DESC`: backwards). Hash filters are 0x-hex, checked by the caller."""
+    given = _bound(listing, {name: value for name, value in filters.items() if value is not None})
     params: dict[str, Any] = {**given, "limit": limit + 1}
     if cursor is not None:
-        params.update({f"after_{i}": value for i, value in enumerate(decode_cursor(listing, cursor))})
-    query = page_sql(listing, frozenset(given), cursor is not None)
+        params.update({f"after_{i}": value for i, value in enumerate(decode_cursor(listing, cursor, order))})
+    query = page_sql(listing, frozenset(given), cursor is not None, order)
     async with _rows(conn, row_type(listing)) as cur:
         await cur.execute(query, params)
         rows = await cur.fetchall()
     if len(rows) <= limit:
         return Page(items=rows, next_cursor=None)
     rows = rows[:limit]
-    last = rows[-1]
-    return Page(items=rows, next_cursor=encode_cursor(listing, tuple(getattr(last, col) for col in listing.key)))
+    last = tuple(getattr(rows[-1], column) for column in listing.key)
+    return Page(items=rows, next_cursor=encode_cursor(listing, last, order))
 
 
 async def _of_work(conn: AsyncConnection, listing: Listing, params: Mapping[str, Any]) -> list[Any]:
@@ -269,7 +303,7 @@ async def fetch_submission(conn: AsyncConnection, pool_id: int, work_key: str) -
 
     `work_key` is 0x-hex (64 digits); the caller has checked its form.
     """
-    params = {"pool_id": pool_id, "work_key": bytes.fromhex(work_key.removeprefix("0x"))}
+    params = {"pool_id": pool_id, "work_key": _hash_bytes(work_key)}
     found = await _of_work(conn, SUBMISSIONS, params)
     if not found:
         return None

@@ -27,6 +27,24 @@ DELETE_UNDISPATCHED_FROM = "DELETE FROM outbox WHERE block_number >= %(block)s A
 
 COUNT_PENDING = "SELECT count(*) FROM outbox WHERE dispatched_at IS NULL"
 
+# Validation tasks sent at least `after` seconds ago whose submission is still pending and that no
+# validator holds (no validation row, or only a claim whose lease ran out): marked unsent again, so
+# the dispatcher sends them once more under the same task id. Driven by the few pending submissions
+# (status index), each joined to its outbox row by its unique dedupe key.
+REQUEUE_UNCLAIMED = """
+    UPDATE outbox SET dispatched_at = NULL
+    WHERE id IN (
+        SELECT o.id FROM submissions s
+        JOIN outbox o ON o.dedupe_key = s.pool_id || ':0x' || encode(s.work_key, 'hex')
+        WHERE s.status = 'pending' AND o.task = %(task)s
+          AND o.dispatched_at < now() - make_interval(secs => %(after)s)
+          AND NOT EXISTS (
+              SELECT 1 FROM validations v WHERE v.pool_id = s.pool_id AND v.work_key = s.work_key
+                AND (v.state <> 'claimed' OR v.lease_until > now()))
+        ORDER BY o.dispatched_at LIMIT %(limit)s
+        FOR UPDATE OF o SKIP LOCKED)
+    RETURNING dedupe_key"""
+
 
 @dataclass(frozen=True)
 class OutboxTask:
@@ -74,6 +92,13 @@ def mark_dispatched(conn: Connection, ids: Sequence[int]) -> None:
 def delete_undispatched_from(conn: Connection, block: int) -> int:
     """Drop unsent tasks caused by blocks a reorg removed; sent ones stay (see docs/indexer.md)."""
     return conn.execute(DELETE_UNDISPATCHED_FROM, {"block": block}).rowcount
+
+
+def requeue_unclaimed(conn: Connection, task: str, after: float, limit: int) -> list[str]:
+    """Mark unsent again the `task` rows sent `after` seconds ago or more whose submission is still
+    pending with no live claim (at most `limit`, oldest first); returns their dedupe keys."""
+    rows = conn.execute(REQUEUE_UNCLAIMED, {"task": task, "after": after, "limit": limit}).fetchall()
+    return [r[0] for r in rows]
 
 
 def count_pending(conn: Connection) -> int:

@@ -161,9 +161,12 @@ WORK_STATUS = """
     UPDATE submissions SET status = %(status)s, status_block = %(block)s, status_tx_hash = %(tx)s
     WHERE pool_id = %(pool_id)s AND work_key = %(work_key)s"""
 
+# A verdict's lag: the blocks from the submission's log to the verdict's (revision 0015).
 VERDICT = """
-    INSERT INTO verdicts (pool_id, work_key, verdict, validator, reason, block_number, tx_hash, log_index)
-    VALUES (%(pool_id)s, %(work_key)s, %(verdict)s, %(validator)s, %(reason)s, %(block)s, %(tx)s, %(log)s)
+    INSERT INTO verdicts (pool_id, work_key, verdict, validator, reason, block_number, tx_hash, log_index, lag_blocks)
+    VALUES (%(pool_id)s, %(work_key)s, %(verdict)s, %(validator)s, %(reason)s, %(block)s, %(tx)s, %(log)s,
+            %(block)s - (SELECT s.block_number FROM submissions s
+                         WHERE s.pool_id = %(pool_id)s AND s.work_key = %(work_key)s))
     ON CONFLICT (tx_hash, log_index) DO NOTHING"""
 
 # --- slashes, rewards, checkpoints, validators ----------------------------------------------

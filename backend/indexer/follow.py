@@ -11,6 +11,10 @@ mismatch is a reorg, handled by `proofpool.backend.indexer.reorg` (fork point, r
 Faults: a lost or restarted PostgreSQL (including `pg_terminate_backend`), an unreachable RPC
 node or broker are waited out with capped exponential backoff, logging what is awaited; the
 range in flight is rolled back by PostgreSQL and read again from the cursor, never skipped.
+Beside the loop run two threads on their own sessions, woken after each commit: the outbox
+dispatcher, and the checkpoint metrics reader (`proofpool.backend.indexer.checkpoint_metrics`:
+each new checkpoint's trainer figures, verified from the store), so neither the broker nor the
+store ever holds up indexing.
 Only one indexer writes at a time: it holds a session advisory lock while it runs. Its sessions
 are bounded (`proofpool.backend.indexer.session`): no DB call waits forever, and a session whose client is
 gone is ended by the server within `session_timeout`, so its lock never outlives it for long.
@@ -28,6 +32,7 @@ import requests
 from proofpool.backend.db import chain as chain_db
 from proofpool.backend.db import outbox as outbox_db
 from proofpool.backend.db.outbox import OutboxTask
+from proofpool.backend.indexer.checkpoint_metrics import CheckpointMetricsLoop
 from proofpool.backend.indexer.decode import FastDecoder
 from proofpool.backend.indexer.outbox import (
     SUBMISSION_EVENTS,
@@ -46,6 +51,7 @@ from proofpool.infra.chain.deploy import AddressBook
 from proofpool.infra.config import Settings
 from proofpool.infra.db import connection_error, redact
 from proofpool.infra.served import ServedPools
+from proofpool.infra.storage import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -116,12 +122,15 @@ class Indexer:
         database_url: str,
         options: IndexerOptions | None = None,
         dispatcher: Dispatcher | None = None,
+        store: ObjectStore | None = None,
     ) -> None:
         self.source = source
         self.book = book
         self.database_url = database_url
         self.options = options or IndexerOptions()
         self.dispatcher = dispatcher
+        self.store = store
+        """Where checkpoints are stored: the checkpoint metrics reader runs when it is given."""
         self.stats = IndexerStats()
         self._conn: psycopg.Connection | None = None
         self._from_block_pending = self.options.from_block
@@ -176,18 +185,22 @@ class Indexer:
         stop = stop or threading.Event()
         delay = 0.2
         dispatch: DispatchLoop | None = None
+        metrics: CheckpointMetricsLoop | None = None
         try:
             while not stop.is_set():
-                if dispatch is not None and dispatch.error is not None:
-                    raise dispatch.error
+                for side in (dispatch, metrics):
+                    if side is not None and side.error is not None:
+                        raise side.error
                 try:
                     if self._conn is None or self._conn.closed:
                         self._conn = self._connect(stop)
                         self._start(self._conn)
                         dispatch = dispatch or self._start_dispatch()  # once the database is known good
+                        metrics = metrics or self._start_metrics()
                     progressed = self.step(self._conn)
-                    if progressed and dispatch is not None:
-                        dispatch.notify()
+                    for side in (dispatch, metrics):
+                        if progressed and side is not None:
+                            side.notify()
                     delay = 0.2
                 except DB_ERRORS as exc:
                     self.close()
@@ -206,8 +219,9 @@ class Indexer:
                     if once:
                         break
                     stop.wait(self.options.poll_interval)
-            if dispatch is not None and not stop.is_set():
-                dispatch.drain(stop)
+            for side in (dispatch, metrics):
+                if side is not None and not stop.is_set():
+                    side.drain(stop)
         except InterruptedError:
             pass
         finally:
@@ -215,8 +229,12 @@ class Indexer:
             if dispatch is not None:
                 dispatch.halt()
                 self.stats.tasks_sent, self.stats.retries = dispatch.sent, self.stats.retries + dispatch.retries
-        if dispatch is not None and dispatch.error is not None:
-            raise dispatch.error
+            if metrics is not None:
+                metrics.halt()
+                self.stats.retries += metrics.retries
+        for side in (dispatch, metrics):
+            if side is not None and side.error is not None:
+                raise side.error
         log.info("indexer stopped", extra=self.stats.as_dict())
         return self.stats
 
@@ -225,6 +243,19 @@ class Indexer:
             return None
         loop = DispatchLoop(
             self.dispatcher,
+            self.database_url,
+            self.options.poll_interval,
+            self.options.max_backoff,
+            self.options.session_timeout,
+        )
+        loop.start()
+        return loop
+
+    def _start_metrics(self) -> CheckpointMetricsLoop | None:
+        if self.store is None:
+            return None
+        loop = CheckpointMetricsLoop(
+            self.store,
             self.database_url,
             self.options.poll_interval,
             self.options.max_backoff,
@@ -364,13 +395,22 @@ def setup_indexer(
     batch_blocks: int | None = None,
     database_url: str | None = None,
     rpc_url: str | None = None,
+    checkpoint_metrics: bool = True,
 ) -> Indexer:
-    """An indexer for the configured chain, address book, database and broker."""
+    """An indexer for the configured chain, address book, database and broker; with
+    `checkpoint_metrics`, reading checkpoints' figures from the configured object store too."""
     from proofpool.infra.broker import make_celery
     from proofpool.infra.chain.client import ChainClient
 
     client = ChainClient.from_settings(None, rpc_url=rpc_url or settings.rpc_url)
-    dispatcher = Dispatcher(celery_sender(make_celery(settings, "proofpool-indexer"))) if dispatch else None
+    dispatcher = (
+        Dispatcher(
+            celery_sender(make_celery(settings, "proofpool-indexer")),
+            redispatch_after=settings.validation_redispatch_after,
+        )
+        if dispatch
+        else None
+    )
     options = IndexerOptions(
         batch_blocks=batch_blocks or settings.indexer_batch_blocks,
         confirmations=settings.confirmations,
@@ -381,4 +421,5 @@ def setup_indexer(
     if dispatch:
         log.info("validation tasks for %s", options.served.describe())
     source = ChainSource(client.w3, FastDecoder(client.book.addresses))
-    return Indexer(source, client.book, database_url or settings.database_url, options, dispatcher)
+    store = ObjectStore.from_settings(settings) if checkpoint_metrics else None
+    return Indexer(source, client.book, database_url or settings.database_url, options, dispatcher, store)

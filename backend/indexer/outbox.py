@@ -93,11 +93,29 @@ def celery_sender(app: Celery) -> CelerySender:
 
 
 class Dispatcher:
-    """Sends unsent outbox rows, oldest first, `batch` per transaction."""
+    """Sends unsent outbox rows, oldest first, `batch` per transaction; and sends again the validation
+    tasks no validator took up within `redispatch_after` seconds (None: never), see `requeue_lost`."""
 
-    def __init__(self, sender: Sender, batch: int = 200) -> None:
+    def __init__(self, sender: Sender, batch: int = 200, redispatch_after: float | None = None) -> None:
         self.sender = sender
         self.batch = batch
+        self.redispatch_after = redispatch_after
+
+    def requeue_lost(self, conn: Connection) -> int:
+        """Mark unsent the validation tasks sent `redispatch_after` seconds ago whose submission is
+        still pending and unclaimed (or whose claim's lease ran out), so `dispatch_pending` sends them
+        again under the same task id. The broker's redelivery covers a worker that dies holding a
+        task; this covers a task the broker itself lost. Returns how many were requeued."""
+        if self.redispatch_after is None:
+            return 0
+        with conn.transaction():
+            keys = outbox_db.requeue_unclaimed(conn, VALIDATE_SUBMISSION, self.redispatch_after, self.batch)
+        if keys:
+            log.warning(
+                "validation tasks sent again: still pending, no validator took them up",
+                extra={"count": len(keys), "first_key": keys[0], "after_seconds": self.redispatch_after},
+            )
+        return len(keys)
 
     def dispatch_pending(self, conn: Connection, limit: int | None = None) -> int:
         """Send and mark rows until none is left (or `limit` were sent); returns how many were sent.
@@ -147,6 +165,7 @@ class DispatchLoop(threading.Thread):
         poll_interval: float = 1.0,
         max_backoff: float = 30.0,
         session_timeout: float = 60.0,
+        requeue_interval: float = 30.0,
     ) -> None:
         super().__init__(name="outbox-dispatch", daemon=True)
         self.dispatcher = dispatcher
@@ -157,8 +176,12 @@ class DispatchLoop(threading.Thread):
         self.session_timeout = session_timeout
         """Bounds each statement and idle period of the dispatcher's session (`proofpool.backend.indexer.session`)."""
         self.sent = 0
+        self.requeued = 0
         self.retries = 0
         self.error: BaseException | None = None
+        self.requeue_interval = requeue_interval
+        """Seconds between two looks for validation tasks nobody took up (`Dispatcher.requeue_lost`)."""
+        self._next_requeue = time.monotonic() + requeue_interval
         self._wake = threading.Event()
         self._draining = False
 
@@ -190,6 +213,9 @@ class DispatchLoop(threading.Thread):
                         conn = connect(
                             self.database_url, application_name=DISPATCH_APP_NAME, session_timeout=self.session_timeout
                         )
+                    if time.monotonic() >= self._next_requeue:
+                        self.requeued += self.dispatcher.requeue_lost(conn)
+                        self._next_requeue = time.monotonic() + self.requeue_interval
                     sent = self.dispatcher.dispatch_pending(conn)
                     delay = 0.2
                 except (psycopg.OperationalError, psycopg.InterfaceError) as exc:

@@ -77,6 +77,8 @@ NOT_COMPARED: Mapping[str, str] = {
     "validator_stats": "sums of the compared projections, kept by triggers (migration 0012)",
     "ledger_stats_deltas": "the statistics' pending changes: empty outside a transaction",
     "ledger_stats_fold_requests": "the statistics' pending changes: empty outside a transaction",
+    "checkpoint_metric_reads": "what the object store held for each checkpoint's metrics file when it was read "
+    "(off-chain; each read is checked against the chain's manifest hash)",
 }
 """Tables of the schema deliberately left out, and why (the integration test checks that every
 table carrying `block_number` and `tx_hash` is compared)."""

@@ -1,6 +1,7 @@
-"""`/pools/{pool_id}`: a pool's terms and statistics, its contributor leaderboard, its checkpoints
-and a live feed of its submissions and verdicts (`/pools/{pool_id}/feed`, JSON, polled by
-`static/explorer.js`)."""
+"""`/pools/{pool_id}`: a pool's terms and statistics, its training curves (the trainer's figures by
+checkpoint version, `proofpool.explorer.plots`) with their table, its contributor leaderboard, its
+checkpoints and a live feed of its submissions and verdicts (`/pools/{pool_id}/feed`, JSON, polled
+by `static/explorer.js`)."""
 
 from __future__ import annotations
 
@@ -15,13 +16,33 @@ from proofpool.explorer.feed import POLL_SECONDS, feed_table, pool_events
 from proofpool.explorer.ledger import ExplorerLedger, Row
 from proofpool.explorer.pages.sources import listing_source, record_source
 from proofpool.explorer.params import format_position, parse_pool_id, parse_position
+from proofpool.explorer.plots import Chart, pool_charts
 from proofpool.explorer.render import render_page, root_path, row_view
-from proofpool.explorer.tables import Table
+from proofpool.explorer.tables import Col, Show, Table
 
 router = APIRouter()
 
 LEADERBOARD_ROWS = 100
 """Contributors the leaderboard shows (the pool's whole contributors list is read to rank it)."""
+CHARTED_VERSIONS = 500
+"""Checkpoints the training curves show: the pool's latest (all of them, for most pools)."""
+
+TRAINING = (
+    Col("version", "Version", Show.NUMBER),
+    Col("status", "Figures"),
+    Col("mean_reward", "Mean reward", Show.NUMBER),
+    Col("loss", "Loss", Show.NUMBER),
+    Col("samples", "Samples", Show.COUNT),
+    Col("tokens", "Tokens", Show.COUNT),
+    Col("grad_norm", "Gradient norm", Show.NUMBER),
+    Col("inner_loss", "Inner loss", Show.NUMBER),
+    Col("inner_loss_last", "Last inner loss", Show.NUMBER),
+    Col("delta_norm", "Delta norm", Show.NUMBER),
+    Col("contributors", "Contributors", Show.COUNT),
+    Col("detail", "Why not verified"),
+)
+"""A pool's rows of `/v1/ledger/checkpoint_metrics`; a page shows the figures its pool's trainer reports."""
+FIGURE_NAMES = frozenset(column.name for column in TRAINING[2:-1])
 
 
 async def find_pool(ledger: ExplorerLedger, pool_id: int) -> Row:
@@ -34,6 +55,22 @@ async def find_pool(ledger: ExplorerLedger, pool_id: int) -> Row:
 def ranked(contributors: list[Row]) -> list[Row]:
     """The leaderboard's order: most work units accepted first, then by node address."""
     return sorted(contributors, key=lambda row: (-row["work_units_accepted"], row["node"]))
+
+
+def training_columns(rows: list[Row]) -> tuple[Col, ...]:
+    """`TRAINING` without the figures no row has (a GRPO pool has no inner loss), and without the
+    reason column when every row is verified; every figure when no row has any."""
+    held = {name for row in rows for name in FIGURE_NAMES if row.get(name) is not None} or FIGURE_NAMES
+    if any(row.get("detail") is not None for row in rows):
+        held |= {"detail"}
+    return tuple(column for column in TRAINING if column.name in held or column.name in ("version", "status"))
+
+
+async def training(ledger: ExplorerLedger, pool_id: int) -> tuple[list[Chart], tuple[Col, ...]]:
+    """The pool's training curves, from its latest `CHARTED_VERSIONS` rows of checkpoint_metrics,
+    and the columns its table of figures shows."""
+    rows = await ledger.latest("checkpoint_metrics", {"pool_id": pool_id}, CHARTED_VERSIONS)
+    return pool_charts(rows), training_columns(rows)
 
 
 async def leaderboard(ledger: ExplorerLedger, pool_id: int) -> Table:
@@ -55,7 +92,9 @@ async def leaderboard(ledger: ExplorerLedger, pool_id: int) -> Table:
 @router.get("/pools/{pool_id}", name="pool")
 async def pool_page(request: Request, pool_id: str, ledger: Ledger) -> Response:
     pid = parse_pool_id(pool_id)
-    pool, stats = await asyncio.gather(find_pool(ledger, pid), ledger.one("pool_stats", {"pool_id": pid}))
+    pool, stats, (charts, training_shown) = await asyncio.gather(
+        find_pool(ledger, pid), ledger.one("pool_stats", {"pool_id": pid}), training(ledger, pid)
+    )
 
     async def ranking(_: str | None) -> Table:
         return await leaderboard(ledger, pid)
@@ -69,12 +108,21 @@ async def pool_page(request: Request, pool_id: str, ledger: Ledger) -> Response:
         "pool": pool,
         "feed_url": f"{root_path(request)}/pools/{pid}/feed",
         "poll_ms": POLL_SECONDS * 1000,
+        "charts": charts,
+        "charted_versions": CHARTED_VERSIONS,
     }
     sources = {
         "terms": record_source("terms", "Terms", columns.POOL_TERMS, pool),
         "stats": record_source(
             "stats", "Submissions and payments", columns.POOL_STATS, stats or None,
             empty="No submission, slash or payment in this pool yet.",
+        ),
+        "training": listing_source(
+            ledger, "checkpoint_metrics", {"pool_id": pid}, "training", "Training figures by checkpoint version, "
+            "oldest first", training_shown, empty="No checkpoint published yet.",
+            anchor=lambda row: f"figures-{row['version']}",
+            notes=("Each checkpoint carries its trainer's figures (proofpool-metrics.json); they are shown once "
+                   "verified against the checkpoint's manifest and the manifest against the chain.",),
         ),
         "leaderboard": ranking,
         "checkpoints": listing_source(

@@ -1,6 +1,6 @@
 """`/validators/{address}`: a validator's role, verdict counts and earnings (validator_stats), its
-verdicts (latest first, or all in chain order page by page) and the pending work of the pools
-those verdicts are in."""
+verdicts page by page (latest first, or in chain order) and the pending work of the pools those
+verdicts are in."""
 
 from __future__ import annotations
 
@@ -16,19 +16,17 @@ from proofpool.explorer.params import parse_address
 from proofpool.explorer.render import cursor_of, query_href, render_page
 from proofpool.explorer.tables import PAGE_ROWS, Table
 
+from proofpool.core.ledger_listings import Order
+
 router = APIRouter()
 
-LATEST_VERDICTS = PAGE_ROWS
-"""Verdicts the latest-first view shows."""
-ORDERS = ("latest", "chain")
+ORDERS = {"latest": Order.DESC, "chain": Order.ASC}
+"""The verdict table's orders (`?verdicts_order=`): newest first (the default) or chain order."""
 
 
 async def verdicts_page(ledger: ExplorerLedger, validator: str, order: str, cursor: str | None) -> Page:
-    """Its latest verdicts, newest first; or in chain order (`order=chain`), one page from `cursor`."""
-    if order == "latest":
-        latest = await ledger.latest("verdicts", {"validator": validator}, LATEST_VERDICTS)
-        return Page(items=latest[::-1], next_cursor=None)
-    return await ledger.page("verdicts", {"validator": validator}, cursor=cursor, limit=PAGE_ROWS)
+    """One page of its verdicts from `cursor`, newest first (`latest`) or in chain order (`chain`)."""
+    return await ledger.page("verdicts", {"validator": validator}, cursor=cursor, limit=PAGE_ROWS, order=ORDERS[order])
 
 
 @router.get("/validators/{address}", name="validator")

@@ -11,12 +11,17 @@ A listing's `name` is at once its route (`/v1/ledger/<name>`), its CLI command, 
 it reads and the tag of its cursors; a column's `name` is at once the table's column (but for a
 `Kind.FILES` column, read from two array columns), the JSON field and the CSV header. Names come only
 from here, so the SQL built from them is never user input.
+
+Every list is paged along its unique `key`, in either direction (`Order`: oldest first, or newest
+first from the same indexes), and filtered by its `filters`: a table or explorer page asks for one
+row by its key (`address`, `pool_id`), for a transaction's rows (`tx_hash`) or for a file's
+submission (`file`) in one request.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 
 DEFAULT_PAGE_ROWS = 100
@@ -25,8 +30,17 @@ MAX_PAGE_ROWS = 1000
 """Largest page the API serves (and the page the clients read everything in)."""
 MAX_CURSOR_CHARS = 512
 """Longest cursor accepted: every cursor the API issues is far shorter."""
-PAGING_PARAMETERS = frozenset({"limit", "cursor", "format"})
+PAGING_PARAMETERS = frozenset({"limit", "cursor", "format", "order"})
 """Query parameters of every list, so no filter may take their names."""
+
+
+class Order(StrEnum):
+    """Which way a page walks its listing's key; every list serves both, from the same indexes."""
+
+    ASC = "asc"
+    """Key order (chain order: oldest first), the default."""
+    DESC = "desc"
+    """The same key backwards (newest first)."""
 
 
 class Kind(StrEnum):
@@ -41,24 +55,31 @@ class Kind(StrEnum):
     """Any other uint256 (a sum of counts): a decimal string, shown as it is."""
     INT = "int"
     """A non-negative 64-bit integer (ids, blocks, counts): a JSON number."""
+    FLOAT = "float"
+    """A finite floating-point number (a trainer's figure, such as a loss): a JSON number."""
     BOOL = "bool"
     TEXT = "text"
     TIMESTAMP = "timestamp"
     """A time, ISO 8601 in UTC."""
     HASH = "hash"
-    """Bytes (hashes, work keys, transactions) as 0x-hex; shown shortened."""
+    """Bytes (hashes, work keys, transactions) as 0x-hex; shown shortened. Filters take 32 bytes: 0x and
+    64 hex digits, in any case."""
     ENUM = "enum"
     """One of the column's `values`."""
     FILES = "files"
     """The files of a bundled submission, in bundle order: a list of `{"work_key": 0x-hex, "work_units":
     int}`, null for a single-file submission. The one kind not stored under its column's name: it is
-    read from the table's `file_keys` and `file_units` arrays. Shown as the file count."""
+    read from the table's `file_keys` and `file_units` arrays. Shown as the file count; filtered by
+    `Match.HOLDS` (a file's key, 0x and 64 hex digits)."""
 
 
 class Match(StrEnum):
     """How a filter compares its value with its column."""
 
     EQUAL = "equal"
+    HOLDS = "holds"
+    """The row holds this file: a `Kind.FILES` column's filter matching the row's own `work_key` (a
+    single file, or a bundle by its key) or the key of one of its bundle's files."""
     AT_OR_AFTER = "at_or_after"
     """The column is at or after the value: the inclusive start of a time window."""
     BEFORE = "before"
@@ -66,7 +87,8 @@ class Match(StrEnum):
 
 
 FILTERABLE: dict[Match, frozenset[Kind]] = {
-    Match.EQUAL: frozenset({Kind.ADDRESS, Kind.INT, Kind.BOOL, Kind.ENUM}),
+    Match.EQUAL: frozenset({Kind.ADDRESS, Kind.INT, Kind.BOOL, Kind.ENUM, Kind.HASH}),
+    Match.HOLDS: frozenset({Kind.FILES}),
     Match.AT_OR_AFTER: frozenset({Kind.TIMESTAMP}),
     Match.BEFORE: frozenset({Kind.TIMESTAMP}),
 }
@@ -142,8 +164,10 @@ class Listing:
                 raise ValueError(f"{self.name}: filter {filter_.name} cannot compare a {column.kind} column")
             if (filter_.false_flag is not None) != (column.kind is Kind.BOOL):
                 raise ValueError(f"{self.name}: filter {filter_.name} needs a false_flag iff it is BOOL")
+            if filter_.match is Match.HOLDS and "work_key" not in names:
+                raise ValueError(f"{self.name}: filter {filter_.name} needs the work_key a single file is")
             # A time window is served as a block range, exact only for a block time in chain order.
-            if filter_.match is not Match.EQUAL and self.key[0] != "block_number":
+            if filter_.match in (Match.AT_OR_AFTER, Match.BEFORE) and self.key[0] != "block_number":
                 raise ValueError(f"{self.name}: time bounds need a listing in chain order")
 
     @property
@@ -197,6 +221,7 @@ PROVIDERS = Listing(
     ),
     key=("address",),
     shown=("address", "active_stake", "unbonding", "slashed_total", "compute_units", "block_number"),
+    filters=(Filter("address", "Only this provider (its row, if registered)."),),
 )
 
 NODES = Listing(
@@ -216,6 +241,7 @@ NODES = Listing(
     key=("address",),
     shown=("address", "provider", "compute_units", "attested", "active", "block_number"),
     filters=(
+        Filter("address", "Only this node (its row, if registered)."),
         Filter("provider", "Only this provider's nodes."),
         Filter("active", "Only nodes still registered (true) or removed (false).", false_flag="removed"),
     ),
@@ -260,6 +286,7 @@ POOLS = Listing(
         "block_number",
     ),
     filters=(
+        Filter("pool_id", "Only this pool (its row, if created)."),
         Filter("status", "Only pools in this status."),
         Filter("creator", "Only pools created by this account."),
         Filter("manager", "Only pools managed by this key."),
@@ -370,6 +397,20 @@ SUBMISSIONS = Listing(
             match=Match.AT_OR_AFTER,
         ),
         Filter("until", "Submitted before this time (exclusive).", column="submitted_at", match=Match.BEFORE),
+        Filter("tx_hash", "Only the work submitted in this transaction (0x and 64 hex digits)."),
+        Filter(
+            "status_tx_hash",
+            "Only submissions whose status this transaction changed last (0x and 64 hex digits): the one place "
+            "a forfeit, expiry or rejection is recorded; an attestation, invalidation or finalization also "
+            "shows in verdicts and rewards under its tx_hash.",
+        ),
+        Filter(
+            "file",
+            "The submission of this file (0x and 64 hex digits): the one whose work_key it is (a single file, "
+            "or a bundle by its key), or a bundle holding a file with this key.",
+            column="files",
+            match=Match.HOLDS,
+        ),
     ),
 )
 
@@ -396,13 +437,21 @@ VERDICTS = Listing(
         _block("Block of the verdict's log."),
         _tx("Transaction of the verdict's log (0x-hex)."),
         _log_index(),
+        Column(
+            "lag_blocks",
+            Kind.INT,
+            "Blocks from the submission's log to this verdict's: how far behind the submissions its validator "
+            "judged it (0: in the same block).",
+            nullable=True,
+        ),
     ),
     key=CHAIN_ORDER,
-    shown=("pool_id", "work_key", "verdict", "reason", "validator", "block_number", "tx_hash"),
+    shown=("pool_id", "work_key", "verdict", "reason", "validator", "lag_blocks", "block_number", "tx_hash"),
     filters=(
         Filter("pool_id", "Only verdicts on this pool's submissions."),
         Filter("validator", "Only this validator's verdicts."),
         Filter("verdict", "Only accepted or only invalid verdicts."),
+        Filter("tx_hash", "Only verdicts logged by this transaction (0x and 64 hex digits)."),
     ),
 )
 
@@ -429,6 +478,7 @@ SLASHES = Listing(
         Filter("pool_id", "Only slashes in this pool."),
         Filter("provider", "Only slashes of this provider."),
         Filter("validator", "Only slashes reported by this validator."),
+        Filter("tx_hash", "Only slashes logged by this transaction (0x and 64 hex digits)."),
     ),
 )
 
@@ -459,6 +509,7 @@ REWARDS = Listing(
         Filter("account", "Only this account's credits and withdrawals."),
         Filter("pool_id", "Only credits from this pool (withdrawals have no pool)."),
         Filter("kind", "Only this kind of entry."),
+        Filter("tx_hash", "Only credits and withdrawals logged by this transaction (0x and 64 hex digits)."),
     ),
 )
 
@@ -475,6 +526,7 @@ VALIDATORS = Listing(
     key=("address",),
     shown=("address", "active", "block_number", "tx_hash"),
     filters=(
+        Filter("address", "Only this account (its row, if it was ever granted the role)."),
         Filter("active", "Only validators holding (true) or having lost (false) the role.", false_flag="revoked"),
     ),
 )
@@ -498,7 +550,56 @@ CHECKPOINTS = Listing(
     ),
     key=CHAIN_ORDER,
     shown=("pool_id", "version", "manifest_sha256", "uri", "block_number", "tx_hash"),
-    filters=(Filter("pool_id", "Only this pool's checkpoints."),),
+    filters=(
+        Filter("pool_id", "Only this pool's checkpoints."),
+        Filter("tx_hash", "Only checkpoints published by this transaction (0x and 64 hex digits)."),
+    ),
+)
+
+CHECKPOINT_FIGURES: tuple[Column, ...] = (
+    Column("mean_reward", Kind.FLOAT, "GRPO: mean reward of the rollouts the step trained on.", nullable=True),
+    Column("loss", Kind.FLOAT, "GRPO: the step's loss.", nullable=True),
+    Column("samples", Kind.INT, "GRPO: rollouts trained on (after the online filter).", nullable=True),
+    Column("tokens", Kind.INT, "GRPO: completion tokens trained on.", nullable=True),
+    Column("grad_norm", Kind.FLOAT, "GRPO: global gradient norm before clipping.", nullable=True),
+    Column("inner_loss", Kind.FLOAT, "DiLoCo: mean over the round's files of their mean inner loss.", nullable=True),
+    Column(
+        "inner_loss_last", Kind.FLOAT, "DiLoCo: mean over the round's files of their last inner loss.", nullable=True
+    ),
+    Column("delta_norm", Kind.FLOAT, "DiLoCo: norm of the averaged pseudo-gradient.", nullable=True),
+    Column("contributors", Kind.INT, "DiLoCo: files averaged in the outer step.", nullable=True),
+)
+"""The figures of the trainer's metrics file (`proofpool-metrics.json`) the ledger serves, each under
+the name the file gives it; null when the file has no such figure or was not verified."""
+
+CHECKPOINT_METRICS = Listing(
+    name="checkpoint_metrics",
+    item="checkpoint_metrics",
+    doc="The trainer's figures of each published checkpoint (the step or outer round that made it), read from "
+    "its proofpool-metrics.json once the file's sha256 checked against its manifest and the manifest's against "
+    "the chain; one row per row of checkpoints, by pool id and version.",
+    columns=(
+        Column("pool_id", Kind.INT, "Pool the checkpoint belongs to."),
+        Column("version", Kind.INT, "Checkpoint version."),
+        Column("manifest_sha256", Kind.HASH, "sha256 of the checkpoint manifest the chain anchored (0x-hex)."),
+        Column(
+            "status",
+            Kind.ENUM,
+            "pending (not read yet), verified (the figures are the anchored file's), unlisted (the manifest lists "
+            "no metrics file), missing (the store lacks the manifest or the file; tried again a few times), "
+            "mismatch (a sha256 differs from the manifest's or the chain's) or malformed (not a metrics file of "
+            "this checkpoint).",
+            values=("pending", "verified", "unlisted", "missing", "mismatch", "malformed"),
+        ),
+        Column("detail", Kind.TEXT, "Why the figures are not verified; null when verified or pending.", nullable=True),
+        *CHECKPOINT_FIGURES,
+    ),
+    key=("pool_id", "version"),
+    shown=("pool_id", "version", "status", "mean_reward", "loss", "inner_loss", "samples", "contributors"),
+    filters=(
+        Filter("pool_id", "Only this pool's checkpoints."),
+        Filter("status", "Only checkpoints whose figures are in this status."),
+    ),
 )
 
 # --- statistics -------------------------------------------------------------------------------
@@ -611,11 +712,37 @@ VALIDATOR_STATS = Listing(
 STATISTICS: tuple[Listing, ...] = (POOL_STATS, CONTRIBUTORS, VALIDATOR_STATS)
 """The listings computed from the others (by the database's triggers) rather than from events."""
 
+# --- the market -------------------------------------------------------------------------------
+# One row per pool with everything a market page shows of it, read by one query (the view of
+# migration 0013) instead of three requests per pool: the pool's row, its pool_stats row, the
+# version of its latest checkpoint and the number of its active memberships.
+
+MARKET = Listing(
+    name="market",
+    item="market_pool",
+    doc="Every pool with its terms, its totals (those of pool_stats, null before its first submission, slash or "
+    "credit), the version of its latest checkpoint and its active members, by pool id: a market page in one request.",
+    columns=(
+        *POOLS.columns,
+        *(replace(column, nullable=True) for column in POOL_STATS.columns if column.name != "pool_id"),
+        Column("latest_checkpoint", Kind.INT, "Version of the pool's latest checkpoint; null before its first.",
+               nullable=True),
+        _count("active_members", "Nodes whose membership of the pool is active."),
+    ),
+    key=("pool_id",),
+    shown=("pool_id", "status", "model_uri", "latest_checkpoint", "active_members", "submissions", "accepted",
+           "invalid", "pending", "budget"),
+    filters=(
+        Filter("pool_id", "Only this pool."),
+        Filter("status", "Only pools in this status."),
+    ),
+)  # fmt: skip
+
 LISTINGS: dict[str, Listing] = {
     listing.name: listing
     for listing in (
         PROVIDERS, NODES, POOLS, MEMBERSHIPS, SUBMISSIONS, VERDICTS, SLASHES, REWARDS, VALIDATORS, CHECKPOINTS,
-        POOL_STATS, CONTRIBUTORS, VALIDATOR_STATS,
+        CHECKPOINT_METRICS, POOL_STATS, CONTRIBUTORS, VALIDATOR_STATS, MARKET,
     )
 }  # fmt: skip
 """Every listing by name, in the order the API and the CLI present them."""

@@ -163,6 +163,12 @@ class BrokerSettings(CommonSettings):
     """Celery broker; default: REDIS_URL. RabbitMQ (amqp://) also works."""
     celery_visibility_timeout: int = Field(120, ge=5)
     """Seconds before Redis redelivers the unacknowledged task of a dead worker."""
+    validation_redispatch_after: float = Field(300.0, ge=10.0)
+    """Seconds after which the indexer sends a submission's validation task again when it is still
+    pending on-chain and no validator holds a live claim on it: a task the broker lost (a Redis
+    restart without persistence, a worker killed before its unacknowledged task was restored) is
+    otherwise never judged. Keep it above `celery_visibility_timeout`; validators dedupe on the work
+    key, so a task sent twice is judged once."""
 
     @property
     def celery_broker_url(self) -> str:

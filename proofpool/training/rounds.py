@@ -35,6 +35,7 @@ from proofpool.core.spec import SpecError, canonical_json
 from proofpool.infra.checkpoint.anchor import ensure_published_checkpoint
 from proofpool.infra.checkpoint.fetch import ensure_checkpoint
 from proofpool.infra.checkpoint.manifest import MANIFEST_NAME
+from proofpool.infra.checkpoint.metrics import METRICS_NAME
 from proofpool.infra.storage import ObjectStore
 from proofpool.training.inner import load_model
 
@@ -54,7 +55,7 @@ MAX_ROUND_BYTES: Final = 64 * 2**20
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
 _WEIGHT_SUFFIXES: Final = (".safetensors", ".safetensors.index.json", ".bin", ".pt", ".pth", ".ckpt", ".pkl")
-_OUR_FILES: Final = frozenset({MOMENTUM_FILE, ROUND_FILE, MANIFEST_NAME})
+_OUR_FILES: Final = frozenset({MOMENTUM_FILE, ROUND_FILE, MANIFEST_NAME, METRICS_NAME})
 
 
 class RoundError(ProofpoolError):

@@ -12,14 +12,17 @@ matches PostgreSQL, the cheater is slashed and ejected and no honest node is tou
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
 import pytest
 from proofpool.devnet.progress import Snapshot
 from proofpool.devnet.run import DevnetConfig, DevnetRun, run_devnet, verify_ledger_of
 from proofpool.devnet.services import http_ok, wait_until
+from proofpool.devnet.stack import DevnetStack
 from rich.console import Console
 
 pytestmark = pytest.mark.slow
@@ -52,9 +55,34 @@ class FaultDrills:
         self.log.append(f"killed and restarted {name} at checkpoint {snapshot.version}, {judged} judged")
 
 
+@dataclass
+class TrainingFigures:
+    """After the run, with the stack still up: the trainer's figures of each checkpoint as the ledger
+    API lists them once the indexer has read and verified them (`checkpoint_metrics`), and the
+    charts the explorer's pool page draws from them. Then the usual ledger verification."""
+
+    rows: list[dict] = field(default_factory=list)
+    chart_points: dict[str, int] = field(default_factory=dict)
+
+    def __call__(self, stack: DevnetStack) -> list[str]:
+        listing = f"{stack.backend_url}/v1/ledger/checkpoint_metrics"
+
+        def verified() -> bool:
+            self.rows = httpx.get(listing, params={"limit": 100}, timeout=10).json()["items"]
+            return len(self.rows) >= 5 and all(row["status"] == "verified" for row in self.rows)
+
+        wait_until(verified, timeout=120, what="the five checkpoints' figures verified", poll=1.0)
+        page = httpx.get(f"{stack.backend_url}/explorer/pools/{self.rows[0]['pool_id']}", timeout=30).text
+        for chart in re.findall(r'data-chart="([a-z_]+)"', page):
+            section = page.split(f'data-chart="{chart}"', 1)[1].split("</figure>", 1)[0]
+            self.chart_points[chart] = len(re.findall(r"<circle [^>]*data-version=", section))
+        return verify_ledger_of(stack)
+
+
 @pytest.mark.timeout(1800)
 def test_devnet_completes_through_fault_drills(tmp_path: Path) -> None:
     drills = FaultDrills()
+    figures = TrainingFigures()
     config = DevnetConfig(
         out_dir=tmp_path / "devnet",
         steps=5,
@@ -64,7 +92,7 @@ def test_devnet_completes_through_fault_drills(tmp_path: Path) -> None:
         step_timeout=600,
         verdict_timeout=400,
     )
-    outcome = run_devnet(config, Console(width=140), verify=verify_ledger_of, during=drills)
+    outcome = run_devnet(config, Console(width=140), verify=figures, during=drills)
 
     assert drills.done == ["validator", "indexer", "backend"], drills.log
     assert outcome.ok, outcome.problems
@@ -81,3 +109,8 @@ def test_devnet_completes_through_fault_drills(tmp_path: Path) -> None:
         p["submitted"] for p in report["providers"]
     )
     assert (config.out_dir / "reward.png").read_bytes()[:4] == b"\x89PNG"
+    # The trainer's figures travelled with each checkpoint, were verified against the manifest hash
+    # the chain holds (pruned versions too), and the pool page charts one point per version.
+    assert [row["version"] for row in figures.rows] == [1, 2, 3, 4, 5]
+    assert all(row["mean_reward"] is not None and row["loss"] is not None for row in figures.rows)
+    assert figures.chart_points.get("mean_reward") == 5 and figures.chart_points.get("loss") == 5, figures.chart_points

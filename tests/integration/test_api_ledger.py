@@ -1,4 +1,5 @@
-"""The public ledger API on a real PostgreSQL: filters, keyset pagination, CSV, refusals.
+"""The public ledger API on a real PostgreSQL: filters (key lookups, transactions, bundle files),
+keyset pagination both ways, CSV, refusals, and the indexes the lookups and newest-first pages use.
 
 The data set (tests/fixtures/ledger.py) is kept in Python in the API's JSON shape, so every
 expected answer is a plain filter over a list."""
@@ -9,10 +10,13 @@ import csv
 import io
 from typing import Any
 
+import psycopg
 import pytest
 from proofpool.backend.api.ledger import csv_cell
-from proofpool.backend.db.ledger import SUBMISSIONS, encode_cursor
+from proofpool.backend.db.ledger import SUBMISSIONS, encode_cursor, page_sql
 
+from proofpool.core.ledger_listings import LISTINGS as DECLARED
+from proofpool.core.ledger_listings import Order
 from proofpool.infra.config import Settings
 from tests.fixtures.ledger import SPEC_POOL, SPEC_SHA256
 
@@ -44,6 +48,47 @@ def test_every_row_of_every_list_is_served_once_in_order(ledger_api, ledger_db):
         assert expected, name
         for limit in (1, 7, 1000):
             assert walk(ledger_api, name, {}, limit=limit) == expected, (name, limit)
+
+
+def test_newest_first_serves_every_list_backwards_once(ledger_api, ledger_db):
+    _, data = ledger_db
+    for name in LISTINGS:
+        for limit in (1, 7, 1000):
+            assert walk(ledger_api, name, {"order": "desc"}, limit=limit) == data.listing(name)[::-1], (name, limit)
+
+
+def test_newest_first_keeps_the_filters(ledger_api, ledger_db):
+    _, data = ledger_db
+    for filters in _submission_filters(data):
+        expected = [r for r in data.submissions if _matches(r, filters)][::-1]
+        assert walk(ledger_api, "submissions", {**filters, "order": "desc"}, limit=5) == expected, filters
+    validator = data.verdicts[0]["validator"]
+    expected = [r for r in data.verdicts if r["validator"] == validator][::-1]
+    assert walk(ledger_api, "verdicts", {"validator": validator.lower(), "order": "desc"}, limit=4) == expected
+
+
+@pytest.mark.parametrize("issued, used", [("asc", "desc"), ("desc", "asc")])
+def test_a_cursor_continues_only_the_order_it_came_from(ledger_api, issued, used):
+    cursor = ledger_api.get("/v1/ledger/submissions", params={"limit": 2, "order": issued}).json()["next_cursor"]
+    reply = ledger_api.get("/v1/ledger/submissions", params={"limit": 2, "order": used, "cursor": cursor})
+    assert reply.status_code == 422
+    assert reply.json() == {
+        "error": "invalid_cursor",
+        "detail": f"cursor continues a walk with order={issued}, not order={used}",
+    }
+
+
+def test_a_newest_first_csv_continues_from_its_header_cursor(ledger_api, ledger_db):
+    _, data = ledger_db
+    rows, cursor = [], None
+    while True:
+        params = {"format": "csv", "limit": 70, "order": "desc", **({"cursor": cursor} if cursor else {})}
+        reply = ledger_api.get("/v1/ledger/submissions", params=params)
+        rows += list(csv.DictReader(io.StringIO(reply.text)))
+        cursor = reply.headers.get("x-next-cursor")
+        if cursor is None:
+            break
+    assert [r["work_key"] for r in rows] == [r["work_key"] for r in data.submissions[::-1]]
 
 
 def test_a_full_last_page_ends_the_walk_without_an_empty_page(ledger_api, ledger_db):
@@ -151,6 +196,164 @@ def test_filters_by_account_pick_the_right_rows(ledger_api, ledger_db):
         assert walk(ledger_api, name, {key: value}, limit=4) == expected, (name, key)
 
 
+@pytest.mark.parametrize("name, key", [("providers", "address"), ("nodes", "address"), ("validators", "address"),
+                                       ("pools", "pool_id")])  # fmt: skip
+def test_a_row_is_found_by_its_key_in_one_page(ledger_api, ledger_db, name, key):
+    _, data = ledger_db
+    for row in data.listing(name):
+        value = row[key].lower() if isinstance(row[key], str) else row[key]
+        assert ledger_api.get(f"/v1/ledger/{name}", params={key: value}).json() == {"items": [row], "next_cursor": None}
+    absent = "0x" + "99" * 20 if key == "address" else 404
+    assert ledger_api.get(f"/v1/ledger/{name}", params={key: absent}).json() == {"items": [], "next_cursor": None}
+
+
+TX_LISTS = ("submissions", "verdicts", "slashes", "rewards", "checkpoints")
+
+
+@pytest.mark.parametrize("name", TX_LISTS)
+def test_a_transaction_finds_exactly_the_rows_it_logged(ledger_api, ledger_db, name):
+    _, data = ledger_db
+    rows = data.listing(name)
+    for tx in {row["tx_hash"] for row in rows}:
+        expected = [row for row in rows if row["tx_hash"] == tx]
+        assert walk(ledger_api, name, {"tx_hash": tx.upper().replace("0X", "0x")}, limit=1) == expected
+        assert walk(ledger_api, name, {"tx_hash": tx, "order": "desc"}, limit=1) == expected[::-1]
+    if name == "rewards":  # a finalization credits the provider and the validator in one log
+        assert any(len([r for r in rows if r["tx_hash"] == row["tx_hash"]]) == 2 for row in rows)
+    assert walk(ledger_api, name, {"tx_hash": "0x" + "00" * 32}, limit=10) == []
+
+
+def test_a_status_transaction_finds_the_submissions_it_changed_last(ledger_api, ledger_db):
+    _, data = ledger_db
+    changed = [row for row in data.submissions if row["status_tx_hash"] is not None]
+    assert {row["status"] for row in changed} == {"accepted", "invalid", "finalized", "forfeited"}
+    for row in changed:
+        assert walk(ledger_api, "submissions", {"status_tx_hash": row["status_tx_hash"]}, limit=10) == [row]
+    invalid = next(row for row in changed if row["status"] == "invalid")  # also its verdict's and slash's tx
+    assert walk(ledger_api, "verdicts", {"tx_hash": invalid["status_tx_hash"]}, limit=10)[0]["verdict"] == "invalid"
+
+
+def test_a_file_finds_its_submission_single_or_in_a_bundle(ledger_api, ledger_db):
+    _, data = ledger_db
+    bundles = [row for row in data.submissions if row["files"]]
+    single = next(row for row in data.submissions if row["files"] is None)
+    assert bundles
+    for bundle in bundles:
+        for file in bundle["files"]:
+            assert walk(ledger_api, "submissions", {"file": file["work_key"]}, limit=10) == [bundle]
+        assert walk(ledger_api, "submissions", {"file": bundle["work_key"]}, limit=10) == [bundle]
+    assert walk(ledger_api, "submissions", {"file": single["work_key"].upper().replace("0X", "0x")}, limit=10) == [
+        single
+    ]
+    other_pool = 1 + single["pool_id"] % 3
+    assert walk(ledger_api, "submissions", {"file": single["work_key"], "pool_id": other_pool}, limit=10) == []
+    assert walk(ledger_api, "submissions", {"file": "0x" + "00" * 32}, limit=10) == []
+
+
+def _plan(url: str, listing: str, filters: dict[str, Any], order: Order, **settings: str) -> str:
+    """PostgreSQL's plan of a page query (page 1), under `SET <name> = <value>` for each setting."""
+    sql = page_sql(DECLARED[listing], frozenset(filters), False, order)
+    with psycopg.connect(url) as conn:
+        for name, value in settings.items():
+            conn.execute(f"SET {name} = {value}")
+        return "\n".join(row[0] for row in conn.execute(f"EXPLAIN {sql}", {**filters, "limit": 101}).fetchall())
+
+
+def _one(data, name: str, column: str) -> Any:
+    value = data.listing(name)[len(data.listing(name)) // 2][column]
+    return bytes.fromhex(value[2:]) if column.endswith("hash") else value
+
+
+# The data set is small enough that the planner would read whole tables; with sequential scans
+# (and, for ordered walks, bitmap scans) priced out, the plan shows which index serves the query.
+ORDERED_WALKS = [
+    ("submissions", {}, "submissions_position"),
+    ("submissions", {"pool_id": 2}, "submissions_pool_position"),
+    ("submissions", {"provider": ("submissions", "provider")}, "submissions_provider_position"),
+    ("submissions", {"node": ("submissions", "node")}, "submissions_node_position"),
+    ("submissions", {"pool_id": 2, "status": "invalid"}, "submissions_pool_status_position"),
+    ("submissions", {"tx_hash": ("submissions", "tx_hash")}, "submissions_tx_position"),
+    ("submissions", {"status_tx_hash": ("verdicts", "tx_hash")}, "submissions_status_tx_position"),
+    ("verdicts", {"pool_id": 1}, "verdicts_pool_position"),
+    ("rewards", {"account": ("rewards", "account")}, "rewards_account_position"),
+    ("checkpoints", {"tx_hash": ("checkpoints", "tx_hash")}, "checkpoints_tx_position"),
+]
+
+
+@pytest.mark.parametrize("listing, filters, index", ORDERED_WALKS, ids=[f"{w[0]}-{w[2]}" for w in ORDERED_WALKS])
+def test_newest_first_walks_the_same_index_backwards(ledger_db, listing, filters, index):
+    url, data = ledger_db
+    values = {k: _one(data, *v) if isinstance(v, tuple) else v for k, v in filters.items()}
+    off = {"enable_seqscan": "off", "enable_bitmapscan": "off"}
+    assert f"Index Scan using {index} on {listing}" in _plan(url, listing, values, Order.ASC, **off)
+    assert f"Index Scan Backward using {index} on {listing}" in _plan(url, listing, values, Order.DESC, **off)
+
+
+@pytest.mark.parametrize("listing", ["verdicts", "slashes", "rewards"])
+def test_a_transaction_lookup_uses_the_unique_index_of_its_logs(ledger_db, listing):
+    url, data = ledger_db
+    plan = _plan(url, listing, {"tx_hash": _one(data, listing, "tx_hash")}, Order.DESC, enable_seqscan="off")
+    assert f"{listing}_tx_hash_log_index" in plan
+
+
+def test_a_file_lookup_ors_the_work_key_index_and_the_bundle_files_index(ledger_db):
+    url, _ = ledger_db
+    plan = _plan(url, "submissions", {"file": bytes(32)}, Order.ASC, enable_seqscan="off", enable_indexscan="off")
+    assert "BitmapOr" in plan and "submissions_work_key" in plan and "submissions_file_keys" in plan
+
+
+def _market(data, members: dict[int, int], latest: dict[int, int]) -> list[dict[str, Any]]:
+    stats = {row.pop("pool_id"): row for row in data.pool_stats}
+    empty = dict.fromkeys(next(iter(stats.values())))
+    return [
+        {**pool, **stats.get(pool["pool_id"], empty), "latest_checkpoint": latest.get(pool["pool_id"]),
+         "active_members": members.get(pool["pool_id"], 0)}
+        for pool in data.pools
+    ]  # fmt: skip
+
+
+def test_the_market_is_each_pool_with_its_stats_latest_checkpoint_and_active_members(ledger_api, ledger_db):
+    _, data = ledger_db
+    latest = {row["pool_id"]: row["version"] for row in data.checkpoints}
+    expected = _market(data, {}, latest)
+    assert walk(ledger_api, "market", {}, limit=2) == expected
+    assert walk(ledger_api, "market", {"order": "desc"}, limit=2) == expected[::-1]
+    assert walk(ledger_api, "market", {"status": "closed"}, limit=10) == [
+        r for r in expected if r["status"] == "closed"
+    ]
+
+
+def test_the_market_counts_active_members_and_finds_the_latest_checkpoint(ledger_db):
+    """Memberships and later checkpoints written in a transaction rolled back at the end."""
+    import asyncio
+
+    from proofpool.backend.db.ledger import fetch_page
+
+    from proofpool.core.ledger_listings import MARKET
+
+    url, data = ledger_db
+    nodes = [row["address"] for row in data.nodes]
+    states = {1: ["active", "active", "left", None], 2: ["ejected"], 3: ["active"]}
+
+    async def market() -> list[Any]:
+        async with await psycopg.AsyncConnection.connect(url) as conn, conn.transaction(force_rollback=True):
+            for pool_id, pool_states in states.items():
+                for node, state in zip(nodes, pool_states, strict=False):
+                    await conn.execute(
+                        "INSERT INTO memberships (pool_id, node, provider, state, blacklisted, block_number, "
+                        "tx_hash) VALUES (%s, %s, NULL, %s, %s, 1, '\\x00')",
+                        (pool_id, node, state, state is None),
+                    )
+            await conn.execute(
+                "INSERT INTO checkpoints (pool_id, version, manifest_sha256, uri, block_number, tx_hash, log_index)"
+                " VALUES (2, 7, '\\x00', 's3://b/7', 999999, '\\x01', 0)"
+            )
+            return (await fetch_page(conn, MARKET, filters={}, cursor=None, limit=10)).items
+
+    rows = {row.pool_id: (row.active_members, row.latest_checkpoint) for row in asyncio.run(market())}
+    assert rows == {1: (2, 1), 2: (0, 7), 3: (1, 1)}
+
+
 @pytest.mark.parametrize("name", LISTINGS)
 def test_csv_holds_the_same_rows_and_cursor_as_json(ledger_api, name):
     params = {"limit": 5}
@@ -206,6 +409,18 @@ BAD_QUERIES = [
     ("memberships", {"state": "gone"}),
     ("memberships", {"provider": "0x1234"}),
     ("memberships", {"cursor": encode_cursor(SUBMISSIONS, (1, 0))}),
+    ("submissions", {"order": "newest"}),
+    ("submissions", {"order": "desc", "cursor": encode_cursor(SUBMISSIONS, (1, 0))}),  # an asc cursor
+    ("submissions", {"cursor": encode_cursor(SUBMISSIONS, (1, 0), Order.DESC)}),  # a desc cursor, asc
+    ("submissions", {"tx_hash": "0x1234"}),
+    ("submissions", {"tx_hash": "ab" * 32}),  # 0x required
+    ("submissions", {"status_tx_hash": "0x" + "zz" * 32}),
+    ("submissions", {"file": "0x" + "ab" * 33}),
+    ("verdicts", {"tx_hash": "0x" + "ab" * 20}),  # an address is not a transaction
+    ("providers", {"address": "0x1234"}),
+    ("validators", {"address": "0x" + "Ab" * 20}),
+    ("pools", {"pool_id": "-1"}),
+    ("nodes", {"pool_id": "1"}),  # no such filter
 ]
 
 
@@ -258,12 +473,25 @@ def test_unknown_submission_is_404_and_a_malformed_key_422(ledger_api, ledger_db
 def test_ledger_is_public_and_documented(ledger_api):
     schema = ledger_api.get("/openapi.json").json()
     paths = {p for p in schema["paths"] if p.startswith("/v1/ledger/")}
-    statistics = ("pool_stats", "contributors", "validator_stats")  # tests/integration/test_ledger_stats_api.py
-    assert paths == {f"/v1/ledger/{name}" for name in (*LISTINGS, "memberships", *statistics)} | {
-        "/v1/ledger/submissions/{pool_id}/{work_key}"
-    }
+    lists = {p for p in paths if "{" not in p}  # the lookups of one submission are tested on their own
+    assert lists == {f"/v1/ledger/{name}" for name in DECLARED} >= {f"/v1/ledger/{name}" for name in LISTINGS}
+    assert "/v1/ledger/submissions/{pool_id}/{work_key}" in paths
     params = {p["name"] for p in schema["paths"]["/v1/ledger/submissions"]["get"]["parameters"]}
-    assert params == {"limit", "cursor", "format", "pool_id", "provider", "node", "status", "since", "until"}
+    assert params == {
+        "limit",
+        "cursor",
+        "format",
+        "order",
+        "pool_id",
+        "provider",
+        "node",
+        "status",
+        "since",
+        "until",
+        "tx_hash",
+        "status_tx_hash",
+        "file",
+    }
 
 
 @pytest.fixture(scope="module")

@@ -265,8 +265,9 @@ def test_a_publication_the_chain_would_refuse_fails_before_uploading(
     with pytest.raises(CheckpointError) as old_version:
         publish(deployment, object_store, pool_id, 2, model_v1, unique_prefix)
     assert old_version.value.reason is Reason.PUBLISH_REFUSED
-    versions = {info.key.split("/checkpoints/")[1].split("/")[0] for info in object_store.list_objects(unique_prefix)}
-    assert versions == {"3"}
+    keys = [info.key.removeprefix(unique_prefix).split("/") for info in object_store.list_objects(unique_prefix)]
+    assert {key[3] for key in keys if key[2] == "checkpoints"} == {"3"}
+    assert {key[2] for key in keys} == {"checkpoints", "checkpoint-metrics"}  # version 3's metrics record
 
 
 def test_the_cli_publishes_a_model_directory_and_reads_the_anchor_back(

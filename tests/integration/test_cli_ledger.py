@@ -63,6 +63,35 @@ def test_filters_are_passed_as_options(ledger_cli, ledger_db):
     assert [v["active"] for v in out["items"]] == [False]
 
 
+def test_newest_first_walks_backwards_and_its_cursor_continues_backwards(ledger_cli, ledger_db):
+    _, data = ledger_db
+    out = json.loads(ledger_cli("submissions", "--newest-first", "--limit", "23", "--all", "--json"))
+    assert out == {"items": data.submissions[::-1], "next_cursor": None}
+    first = json.loads(ledger_cli("verdicts", "--newest-first", "--limit", "2", "--json"))
+    second = json.loads(
+        ledger_cli("verdicts", "--newest-first", "--limit", "2", "--cursor", first["next_cursor"], "--json")
+    )
+    assert first["items"] + second["items"] == data.verdicts[::-1][:4]
+    refused = ledger_cli("verdicts", "--limit", "2", "--cursor", first["next_cursor"], fails=LedgerRefused)
+    assert refused.error == "invalid_cursor" and "order=desc" in str(refused)
+    rows = list(csv.DictReader(io.StringIO(ledger_cli("rewards", "--newest-first", "--all", "--csv", "--limit", "9"))))
+    assert [r["tx_hash"] for r in rows] == [r["tx_hash"] for r in data.rewards[::-1]]
+
+
+def test_lookups_by_key_transaction_and_file(ledger_cli, ledger_db):
+    _, data = ledger_db
+    node = data.nodes[3]
+    assert json.loads(ledger_cli("nodes", "--address", node["address"].lower(), "--json"))["items"] == [node]
+    finalized = next(r for r in data.submissions if r["status"] == "finalized")
+    credits = json.loads(ledger_cli("rewards", "--tx-hash", finalized["status_tx_hash"], "--json"))["items"]
+    assert sorted(r["kind"] for r in credits) == ["provider_reward", "validator_fee"]
+    bundle = next(r for r in data.submissions if r["files"])
+    found = json.loads(ledger_cli("submissions", "--file", bundle["files"][-1]["work_key"], "--json"))["items"]
+    assert found == [bundle]
+    refused = ledger_cli("submissions", "--tx-hash", "0x1234", fails=LedgerRefused)
+    assert refused.status == 422 and "tx_hash" in str(refused)
+
+
 def test_csv_with_all_has_one_header_and_every_row(ledger_cli, ledger_db):
     _, data = ledger_db
     rows = list(csv.DictReader(io.StringIO(ledger_cli("rewards", "--limit", "4", "--all", "--csv"))))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urljoin, urlsplit
@@ -258,6 +259,37 @@ def test_search_finds_each_kind_of_account_and_a_pool(site, seeded):
     ]:
         reply = site.get(f"{PREFIX}/search", params={"q": query})
         assert reply.status_code == 303 and reply.headers["location"] == PREFIX + target, query
+
+
+def match_links(html: str) -> list[str]:
+    return re.findall(r'href="([^"]+)"', html.partition('<ul class="matches">')[2].partition("</ul>")[0])
+
+
+def test_search_finds_transactions_and_bundle_files_and_says_what_they_are(site, seeded):
+    bundle, invalid = seeded["bundle"], seeded["invalid"]
+    finalized = next(row for row in api_rows(site, "submissions") if row["status"] == "finalized")
+    checkpoint = api_rows(site, "checkpoints")[0]
+
+    def found(query: str) -> tuple[list[str], str]:
+        reply = site.get(f"{PREFIX}/search", params={"q": query})
+        assert reply.status_code == 200, (query, reply.status_code)
+        return match_links(reply.text), reply.text
+
+    def at(row: Row) -> str:
+        return f"{PREFIX}/submissions/{row['pool_id']}/{row['work_key']}"
+
+    links, text = found(bundle["files"][0]["work_key"])
+    assert links == [at(bundle)] and "a file of the bundle" in text
+    links, text = found(invalid["tx_hash"])
+    assert links == [at(invalid)] and "transaction: work submitted" in text
+    links, text = found(invalid["status_tx_hash"])  # the invalidation: verdict, slash and slash share
+    assert links == [at(invalid)]
+    assert all(what in text for what in ("status set to invalid", "verdict invalid", "slash of", "slash share to"))
+    links, text = found(finalized["status_tx_hash"])  # the finalization: provider reward and validator fee
+    assert links == [at(finalized)] and "provider reward to" in text and "validator fee to" in text
+    links, text = found(checkpoint["tx_hash"])
+    assert links == [f"{PREFIX}/pools/{checkpoint['pool_id']}#checkpoint-{checkpoint['version']}"]
+    assert f"checkpoint {checkpoint['version']} of pool {checkpoint['pool_id']} published" in text
 
 
 @pytest.mark.parametrize(

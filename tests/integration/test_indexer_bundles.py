@@ -169,6 +169,14 @@ def test_later_events_on_the_bundle_key_update_its_row_as_the_chain_says(bundle_
         (w.accepted.key, "accepted", None),
         (w.invalid.key, "invalid", "sampling_mismatch"),
     ]
+    # a verdict's lag: blocks from the submission's log to the verdict's, from the chain's own blocks
+    lags = query(
+        indexed,
+        "SELECT v.lag_blocks, v.block_number - s.block_number FROM verdicts v "
+        "JOIN submissions s USING (pool_id, work_key) ORDER BY v.block_number, v.log_index",
+    )
+    assert len(lags) == 3 and all(lag == span and lag >= 0 for lag, span in lags), lags
+    assert any(lag > 0 for lag, _ in lags)
     slashes = query(indexed, "SELECT work_key, provider FROM slashes")
     assert [(bytes(k), p) for k, p in slashes] == [(w.invalid.key, w.market.provider.address)]
     # the status change is recorded beside the row's fixed position

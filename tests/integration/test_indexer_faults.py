@@ -537,3 +537,51 @@ def test_sigkill_of_a_dispatching_indexer_loses_no_task(fresh_anvil, clean_datab
     assert {r["task_id"]: (r["pool_id"], r["work_key"]) for r in received} == expected  # none lost, ids fixed
     assert len(received) >= len(expected)  # more only for rows sent but not yet marked at the kill
     assert query(clean_database, "SELECT count(*) FROM outbox WHERE dispatched_at IS NULL") == [(0,)]
+
+
+def test_a_validation_task_the_broker_lost_is_sent_again_once_its_redispatch_time_passed(
+    fresh_anvil, clean_database, probe
+):
+    world = build_bulk_world(fresh_anvil, 6)
+    dispatcher = Dispatcher(
+        CelerySender(make_celery(Settings(broker_url=probe.broker_url), "test-dispatch")), batch=8, redispatch_after=300
+    )
+    make_indexer(world.market.w3, world.book, clean_database, dispatcher).run(once=True)
+    probe.sync()
+    first = probe.received()
+    assert len(first) == 6
+    keys = sorted(submitted_keys(clean_database))
+
+    # Nothing is sent again before its time, whatever its state.
+    with psycopg.connect(clean_database, autocommit=True) as conn:
+        conn.execute("UPDATE submissions SET status = 'pending'")
+        assert dispatcher.requeue_lost(conn) == 0
+        # The broker "lost" every task 400 s ago; validators took up some of them since. (The world's
+        # submissions were attested on-chain: the ledger is set back to pending, as if not yet judged.)
+        conn.execute("UPDATE outbox SET dispatched_at = now() - interval '400 seconds'")
+        conn.execute("UPDATE submissions SET status = 'pending'")
+        held = [
+            (keys[0], "sent", "now() - interval '1 hour'"),  # judged and recorded
+            (keys[1], "claimed", "now() + interval '1 minute'"),  # being judged now
+            (keys[2], "claimed", "now() - interval '1 minute'"),  # its validator died: lease ran out
+        ]
+        for (pool, key), state, lease in held:
+            decided = "now(), 'accepted', now()" if state == "sent" else "NULL, NULL, NULL"
+            conn.execute(
+                "INSERT INTO validations (pool_id, work_key, validator, state, lease_until, decided_at, verdict,"
+                f" sent_at) VALUES (%s, %s, '0x0000000000000000000000000000000000000001', %s, {lease}, {decided})",
+                (pool, bytes.fromhex(key[2:]), state),
+            )
+        pool, key = keys[3]
+        conn.execute(
+            "UPDATE submissions SET status = 'accepted' WHERE pool_id = %s AND work_key = %s",
+            (pool, bytes.fromhex(key[2:])),
+        )  # judged on-chain already
+        assert dispatcher.requeue_lost(conn) == 3  # keys[2], keys[4], keys[5]
+        assert dispatcher.dispatch_pending(conn) == 3
+        assert dispatcher.requeue_lost(conn) == 0  # sent again just now: not before another 300 s
+
+    probe.sync()
+    again = probe.received()[len(first) :]
+    assert sorted((r["pool_id"], r["work_key"]) for r in again) == [keys[2], keys[4], keys[5]]
+    assert all(r["task_id"] == task_id_for(f"{r['pool_id']}:{r['work_key']}") for r in again)  # the same ids

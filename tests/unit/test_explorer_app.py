@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,6 +23,7 @@ from proofpool.explorer.app import SECURITY_HEADERS, create_explorer
 from proofpool.explorer.ledger import ExplorerLedger
 from proofpool.explorer.pages.market import MARKET_STATS
 
+from proofpool.core.ledger_listings import POOL_STATS
 from tests.fixtures.explorer_markup import assert_accessible_structure, parse_page
 
 Row = dict[str, Any]
@@ -255,9 +257,34 @@ def build_world() -> World:
     return World(lists, ids)
 
 
+def market_rows(lists: dict[str, list[Row]]) -> list[Row]:
+    """The `market` listing the other lists imply, as the database's view computes it: each pool with
+    its pool_stats figures (null without a row), its latest checkpoint version, its active members."""
+    stats = {row["pool_id"]: row for row in lists["pool_stats"]}
+    figures = [column.name for column in POOL_STATS.columns if column.name != "pool_id"]
+    rows = []
+    for pool in lists["pools"]:
+        pool_id = pool["pool_id"]
+        versions = [row["version"] for row in lists["checkpoints"] if row["pool_id"] == pool_id]
+        members = [row for row in lists["memberships"] if row["pool_id"] == pool_id and row["state"] == "active"]
+        own = stats.get(pool_id, {})
+        rows.append({**pool, **{name: own.get(name) for name in figures},
+                     "latest_checkpoint": max(versions, default=None), "active_members": len(members)})  # fmt: skip
+    return rows
+
+
+def _matches(row: Row, name: str, value: str) -> bool:
+    """A filter of the API on one row: `file` is the row's work key or one of its bundle's files,
+    any other filter equality with the row's field of that name."""
+    if name == "file":
+        return value in (row["work_key"], *(file["work_key"] for file in row["files"] or []))
+    return raw(row.get(name)) == value
+
+
 class FakeLedgerApi:
-    """`/v1/ledger/...` over a `World`: equality filters, limit, opaque cursors (refused when foreign),
-    the submission lookup, JSON errors. `down` makes every request fail to connect."""
+    """`/v1/ledger/...` over a `World`: the filters, limit, `order` (desc: backwards), opaque cursors
+    (refused when foreign or of the other order), the submission lookup, JSON errors. `down` makes
+    every request fail to connect."""
 
     def __init__(self, world: World) -> None:
         self.world = world
@@ -275,24 +302,26 @@ class FakeLedgerApi:
         params = dict(request.url.params)
         if len(parts) == 3 and parts[0] == "submissions":
             return self._submission(int(parts[1]), parts[2])
-        lists = self.world.lists
+        lists = {"checkpoint_metrics": [], **self.world.lists, "market": market_rows(self.world.lists)}
         if len(parts) != 1 or parts[0] not in lists:
             return httpx.Response(404, json={"error": "not_found", "detail": "Not Found"})
         name = parts[0]
         limit, cursor = int(params.pop("limit", 100)), params.pop("cursor", None)
+        order = params.pop("order", "asc")
         start = 0
         if cursor is not None:
             tag, _, index = cursor.partition(":")
-            if tag != name or not index.isdigit():
+            if tag != f"{name}/{order}" or not index.isdigit():
                 return httpx.Response(
                     422, json={"error": "invalid_cursor", "detail": "cursor is not one this API issued"}
                 )
             start = int(index)
-        rows = [row for row in lists[name] if all(raw(row.get(k)) == v for k, v in params.items())]
+        rows = [row for row in lists[name] if all(_matches(row, k, v) for k, v in params.items())]
+        if order == "desc":
+            rows.reverse()
         end = start + limit
-        return httpx.Response(
-            200, json={"items": rows[start:end], "next_cursor": f"{name}:{end}" if end < len(rows) else None}
-        )
+        more = f"{name}/{order}:{end}" if end < len(rows) else None
+        return httpx.Response(200, json={"items": rows[start:end], "next_cursor": more})
 
     def _submission(self, pool_id: int, work_key: str) -> httpx.Response:
         lists = self.world.lists
@@ -336,6 +365,13 @@ def test_the_market_shows_each_pool_with_its_stats_checkpoint_and_members(explor
             assert row[name] == raw(stats[pool["pool_id"]][name])
     assert (rows["1"]["latest_checkpoint"], rows["1"]["active_members"]) == ("2", "2")
     assert (rows["2"]["latest_checkpoint"], rows["2"]["active_members"]) == ("", "0")
+
+
+def test_the_market_is_one_request_however_many_pools(explorer, world, api):
+    world.lists["pools"] += [{**world.lists["pools"][1], "pool_id": pool_id} for pool_id in range(3, 40)]
+    page = parse_page(explorer.get("/").text)
+    assert len(page.tables["pools"]) == 39
+    assert [request.url.path for request in api.requests] == ["/v1/ledger/market"]
 
 
 def test_a_pool_without_stats_shows_no_invented_zero(explorer, world):
@@ -497,6 +533,15 @@ def test_the_validator_page_shows_stats_latest_verdicts_and_pending_work(explore
     assert explorer.get(url, params={"verdicts_order": "sideways"}).status_code == 422
 
 
+def test_the_latest_verdicts_page_on_to_older_ones(explorer, world, monkeypatch):
+    monkeypatch.setattr("proofpool.explorer.pages.validator.PAGE_ROWS", 2)
+    url = f"/validators/{world.ids['validator']}"
+    first = parse_page(explorer.get(url).text)
+    [older] = [href for href in first.links if "verdicts_cursor=" in href and "format=csv" not in href]
+    second = parse_page(explorer.get(url + older).text)
+    assert [r["block_number"] for r in first.tables["verdicts"] + second.tables["verdicts"]] == ["22", "21", "20"]
+
+
 def test_the_submission_page_shows_files_verdicts_slash_and_credits(explorer, world):
     bundle = parse_page(explorer.get(f"/submissions/1/{world.ids['bundle_key']}").text)
     assert [r["work_key"] for r in bundle.tables["files"]] == world.ids["files"]
@@ -525,12 +570,61 @@ def test_search_goes_to_the_page_of_what_it_names(explorer, world, query, target
     assert reply.status_code == 303 and reply.headers["location"] == target.format(**ids)
 
 
+def match_links(html: str) -> list[str]:
+    """The links of a search page's list of matches."""
+    return re.findall(r'href="([^"]+)"', html.partition('<ul class="matches">')[2].partition("</ul>")[0])
+
+
+def test_search_finds_a_file_inside_a_bundle_and_says_so(explorer, world):
+    reply = explorer.get("/search", params={"q": world.ids["files"][1].upper().replace("0X", "0x")})
+    assert reply.status_code == 200
+    assert match_links(reply.text) == [f"/submissions/1/{world.ids['bundle_key']}"]
+    assert f"a file of the bundle {world.ids['bundle_key'][:8]}" in reply.text
+
+
+@pytest.mark.parametrize(
+    "tx, says, target",
+    [
+        ("tx-s2", "transaction: work submitted: submission", "/submissions/1/{invalid_key}"),
+        ("tx-v-s2", "transaction: verdict invalid by", "/submissions/1/{invalid_key}"),
+        ("tx-ckpt-2", "transaction: checkpoint 2 of pool 1 published", "/pools/1#checkpoint-2"),
+        ("tx-r-withdrawal-31", "transaction: withdrawal by", "/providers/{provider}"),
+    ],
+)
+def test_search_finds_what_a_transaction_logged_and_says_what(explorer, world, tx, says, target):
+    reply = explorer.get("/search", params={"q": key(tx)})
+    assert reply.status_code == 200
+    assert match_links(reply.text) == [target.format(**world.ids)]
+    assert says in reply.text
+
+
+def test_a_transaction_that_logged_several_rows_about_one_submission_is_one_match(explorer, world):
+    finalize = key("tx-r-finalize")
+    for row in world.lists["rewards"]:
+        if row["block_number"] == 30:
+            row["tx_hash"] = finalize  # a finalization credits the provider and the validator
+    reply = explorer.get("/search", params={"q": finalize})
+    assert match_links(reply.text) == [f"/submissions/1/{world.ids['finalized_key']}"]
+    assert "provider reward to" in reply.text and "validator fee to" in reply.text
+
+
+def test_search_tells_several_matches_apart(explorer, world):
+    shared = key("tx-batch")
+    for row in world.lists["submissions"][:2]:
+        row["tx_hash"] = shared
+    reply = explorer.get("/search", params={"q": shared})
+    assert reply.status_code == 200
+    assert match_links(reply.text) == [
+        f"/submissions/{row['pool_id']}/{row['work_key']}" for row in world.lists["submissions"][:2]
+    ]
+
+
 @pytest.mark.parametrize(
     "query, says",
     [
         ("0x" + "12" * 20, "no provider, node or validator"),
         ("77", "no pool 77"),
-        ("0x" + "ab" * 32, "cannot be searched yet"),
+        ("0x" + "ab" * 32, "neither the work key of a submission, nor a file of a bundle, nor a transaction"),
         ("hello", "is not an address"),
     ],
 )
@@ -557,7 +651,8 @@ def test_an_empty_search_is_the_search_page(explorer):
         ("/submissions/1/0x1234", 422, "invalid_request"),
         ("/submissions/2/0x" + "ab" * 32, 404, "not_found"),
         ("/providers/{provider}?submissions_cursor=forged", 422, "invalid_cursor"),
-        ("/?pools_cursor=submissions:1", 422, "invalid_cursor"),
+        ("/?pools_cursor=submissions/asc:1", 422, "invalid_cursor"),
+        ("/validators/{validator}?verdicts_cursor=verdicts/asc:1", 422, "invalid_cursor"),  # latest is desc
         ("/pools/1?format=csv&table=nope", 422, "invalid_request"),
         ("/pools/1?format=xml", 422, "invalid_request"),
         ("/no/such/page", 404, "not_found"),

@@ -1,6 +1,6 @@
 """The explorer's ledger client over a fake API (`httpx.MockTransport`): errors mirror the sync client's
-(`ServiceUnavailable`, `LedgerRefused`), `find` asks one request when the list has a filter on the
-key and walks otherwise, `latest` reads only the end of a list once it has walked it."""
+(`ServiceUnavailable`, `LedgerRefused`), `find` is one request through a list's filter on its key,
+`latest` one newest-first page."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from proofpool.explorer.ledger import ExplorerLedger
 
 from proofpool.core.errors import ServiceUnavailable
-from proofpool.core.ledger_listings import MAX_PAGE_ROWS
+from proofpool.core.ledger_listings import MAX_PAGE_ROWS, Order
 from proofpool.infra.http.ledger_client import LedgerRefused
 
 
@@ -101,67 +101,73 @@ def test_an_unknown_submission_is_none_and_other_404s_are_refusals() -> None:
         run(ask(httpx.Response(404, json={"error": "not_found", "detail": "Not Found"})))
 
 
-def test_find_uses_a_filter_on_the_key_when_the_list_declares_one() -> None:
-    pages = Pages("memberships", [{"pool_id": 1, "node": "0xb"}, {"pool_id": 2, "node": "0xc"}])
-    found = run(client(pages).find("memberships", "pool_id", 2))
-    assert found == {"pool_id": 2, "node": "0xc"} and pages.asked == [{"pool_id": "2", "limit": "1"}]
-
-
-def test_find_walks_an_integer_key_until_it_is_passed() -> None:
+def test_find_is_one_request_through_the_key_filter() -> None:
     pools = Pages("pools", [{"pool_id": i} for i in range(1, 2 * MAX_PAGE_ROWS + 500)])
     assert run(client(pools).find("pools", "pool_id", 1500)) == {"pool_id": 1500}
-    assert len(pools.asked) == 2
-    pools.asked.clear()
-    pools.rows = [{"pool_id": i} for i in range(0, 6000, 2)]
-    assert run(client(pools).find("pools", "pool_id", 7)) is None
-    assert len(pools.asked) == 1  # the first page already passed 7
-
-
-def test_find_walks_a_text_key_to_the_end() -> None:
+    assert run(client(pools).find("pools", "pool_id", 999_999)) is None
+    assert pools.asked == [{"pool_id": "1500", "limit": "1"}, {"pool_id": "999999", "limit": "1"}]
     providers = Pages("providers", [{"address": f"0x{i:040x}"} for i in range(MAX_PAGE_ROWS + 10)])
-    assert run(client(providers).find("providers", "address", "0x" + "f" * 40)) is None
-    assert len(providers.asked) == 2
+    assert run(client(providers).find("providers", "address", f"0x{7:040x}")) == {"address": f"0x{7:040x}"}
+    assert len(providers.asked) == 1
 
 
-def test_latest_reads_the_end_of_a_list_and_later_only_from_its_last_pages() -> None:
-    verdicts = Pages("verdicts", [{"n": i} for i in range(2 * MAX_PAGE_ROWS + 300)])
-    ledger = client(verdicts)
+@pytest.mark.parametrize(
+    "listing, column",
+    [
+        ("memberships", "pool_id"),  # a filter on part of the key: many rows
+        ("submissions", "work_key"),  # the key is (pool_id, work_key) and work_key has no filter
+        ("nodes", "provider"),  # a filter, but not on the key
+    ],
+)
+def test_find_refuses_a_column_that_is_not_a_filtered_key(listing: str, column: str) -> None:
+    with pytest.raises(ValueError, match="no filter on its key"):
+        run(client(Pages(listing, [])).find(listing, column, 1))
+
+
+class Backwards(Pages):
+    """A list served newest first when asked `order=desc`."""
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        params = dict(request.url.params)
+        if params.get("order") != "desc":
+            return super().__call__(request)
+        self.asked.append(params)
+        rows = self.rows[::-1]
+        start = int(params.get("cursor", "0"))
+        end = start + int(params["limit"])
+        return httpx.Response(
+            200, json={"items": rows[start:end], "next_cursor": str(end) if end < len(rows) else None}
+        )
+
+
+def test_latest_is_one_newest_first_page_whatever_the_length() -> None:
+    verdicts = Backwards("verdicts", [{"n": i} for i in range(5 * MAX_PAGE_ROWS + 300)])
+    latest = run(client(verdicts).latest("verdicts", {"pool_id": None}, 20))
+    assert [r["n"] for r in latest] == list(range(5 * MAX_PAGE_ROWS + 299, 5 * MAX_PAGE_ROWS + 279, -1))
+    assert verdicts.asked == [{"order": "desc", "limit": "20"}]
+
+
+def test_pages_ask_desc_only_when_asked() -> None:
+    rows = Backwards("verdicts", [{"n": i} for i in range(10)])
 
     async def scenario() -> None:
-        first = await ledger.latest("verdicts", {}, 20)
-        assert [r["n"] for r in first] == list(range(2 * MAX_PAGE_ROWS + 280, 2 * MAX_PAGE_ROWS + 300))
-        assert len(verdicts.asked) == 3
-        verdicts.asked.clear()
-        verdicts.rows += [{"n": i} for i in range(2 * MAX_PAGE_ROWS + 300, 2 * MAX_PAGE_ROWS + 305)]
-        again = await ledger.latest("verdicts", {}, 20)
-        assert [r["n"] for r in again][-1] == 2 * MAX_PAGE_ROWS + 304 and len(again) == 20
-        assert [p.get("cursor") for p in verdicts.asked] == [str(2 * MAX_PAGE_ROWS)]
-        verdicts.asked.clear()
-        many = await ledger.latest("verdicts", {}, 400)  # more than the last page holds: from the one before
-        assert [r["n"] for r in many] == list(range(2 * MAX_PAGE_ROWS - 95, 2 * MAX_PAGE_ROWS + 305))
-        assert [p.get("cursor") for p in verdicts.asked] == [
-            str(2 * MAX_PAGE_ROWS),
-            str(MAX_PAGE_ROWS),
-            str(2 * MAX_PAGE_ROWS),
-        ]
+        ledger = client(rows)
+        assert [r["n"] for r in (await ledger.page("verdicts", {}, limit=3)).items] == [0, 1, 2]
+        newest = await ledger.page("verdicts", {}, limit=3, order=Order.DESC)
+        older = await ledger.page("verdicts", {}, cursor=newest.next_cursor, limit=3, order=Order.DESC)
+        assert [r["n"] for r in newest.items + older.items] == [9, 8, 7, 6, 5, 4]
 
     run(scenario())
-
-
-def test_latest_keeps_separate_ends_per_filter() -> None:
-    rows = [{"pool_id": 1 + i % 2, "n": i} for i in range(50)]
-    ledger = client(Pages("verdicts", rows))
-
-    async def scenario() -> None:
-        one = await ledger.latest("verdicts", {"pool_id": 1}, 3)
-        two = await ledger.latest("verdicts", {"pool_id": 2}, 3)
-        assert [r["n"] for r in one] == [44, 46, 48] and [r["n"] for r in two] == [45, 47, 49]
-
-    run(scenario())
+    assert rows.asked == [
+        {"limit": "3"},
+        {"order": "desc", "limit": "3"},
+        {"order": "desc", "cursor": "3", "limit": "3"},
+    ]
 
 
 def test_latest_of_an_empty_list_is_empty_and_bad_counts_are_refused() -> None:
-    ledger = client(Pages("verdicts", []))
+    ledger = client(Backwards("verdicts", []))
     assert run(ledger.latest("verdicts", {}, 5)) == []
-    with pytest.raises(ValueError, match="count"):
-        run(ledger.latest("verdicts", {}, 0))
+    for count in (0, MAX_PAGE_ROWS + 1):
+        with pytest.raises(ValueError, match="count"):
+            run(ledger.latest("verdicts", {}, count))

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proofpool.backend.db.ledger import InvalidCursor, decode_cursor, encode_cursor, page_sql
 
-from proofpool.core.ledger_listings import MAX_CURSOR_CHARS, NODES, POOLS, REWARDS, SUBMISSIONS
+from proofpool.core.ledger_listings import MAX_CURSOR_CHARS, NODES, POOLS, REWARDS, SUBMISSIONS, Order
 
 POSITIONS = st.integers(min_value=0, max_value=2**63 - 1)
 
@@ -58,6 +58,36 @@ def test_arbitrary_text_is_refused_only_as_invalid_cursor(text):
 def test_foreign_or_tampered_cursors_are_refused(listing, cursor):
     with pytest.raises(InvalidCursor):
         decode_cursor(listing, cursor)
+
+
+@given(block=POSITIONS, log=POSITIONS)
+def test_a_cursor_carries_its_order_and_resumes_only_that_walk(block, log):
+    newest_first = encode_cursor(SUBMISSIONS, (block, log), Order.DESC)
+    assert decode_cursor(SUBMISSIONS, newest_first, Order.DESC) == (block, log)
+    with pytest.raises(InvalidCursor, match="order=desc, not order=asc"):
+        decode_cursor(SUBMISSIONS, newest_first, Order.ASC)
+    with pytest.raises(InvalidCursor, match="order=asc, not order=desc"):
+        decode_cursor(SUBMISSIONS, encode_cursor(SUBMISSIONS, (block, log)), Order.DESC)
+
+
+def test_a_cursor_with_an_unknown_order_is_refused():
+    import base64
+
+    raw = base64.urlsafe_b64encode(b'["submissions","sideways",1,2]').rstrip(b"=").decode()
+    with pytest.raises(InvalidCursor, match="not one this API issued"):
+        decode_cursor(SUBMISSIONS, raw)
+
+
+def test_newest_first_walks_the_key_backwards():
+    first = page_sql(SUBMISSIONS, frozenset({"pool_id"}), False, Order.DESC)
+    later = page_sql(SUBMISSIONS, frozenset({"pool_id"}), True, Order.DESC)
+    assert first.endswith("WHERE pool_id = %(pool_id)s ORDER BY block_number DESC, log_index DESC LIMIT %(limit)s")
+    assert "(block_number, log_index) < (%(after_0)s, %(after_1)s)" in later
+    rewards = page_sql(REWARDS, frozenset(), True, Order.DESC)
+    assert rewards.endswith(
+        "WHERE (block_number, log_index, kind, account) < (%(after_0)s, %(after_1)s, %(after_2)s, %(after_3)s) "
+        "ORDER BY block_number DESC, log_index DESC, kind DESC, account DESC LIMIT %(limit)s"
+    )
 
 
 def test_page_queries_use_keyset_never_offset():

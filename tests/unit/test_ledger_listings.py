@@ -120,6 +120,12 @@ def _listing(**changes: Any) -> Listing:
         {"filters": (Filter("limit", "Collides with paging.", column="id"),)},
         {"columns": (Column("id", Kind.INT, "Id."), Column("id", Kind.INT, "Again."))},
         {"columns": (Column("id", Kind.INT, "Id."), Column("state", Kind.ENUM, "No values."))},
+        {"filters": (Filter("order", "Collides with paging.", column="id"),)},
+        {"filters": (Filter("id", "A hash filter on an int.", match=Match.HOLDS),)},
+        {  # a file filter matches a row's own work_key, which these rows lack
+            "columns": (Column("id", Kind.INT, "Id."), Column("files", Kind.FILES, "Files.", nullable=True)),
+            "filters": (Filter("file", "Holding this file.", column="files", match=Match.HOLDS),),
+        },
     ],
 )
 def test_a_declaration_no_consumer_could_serve_is_refused_at_import(changes):

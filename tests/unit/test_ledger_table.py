@@ -26,6 +26,7 @@ SAMPLES: dict[Kind, Any] = {
     Kind.AMOUNT: "250500000000000000000",
     Kind.UINT256: "12",
     Kind.INT: 123456,
+    Kind.FLOAT: 0.123456789,
     Kind.BOOL: True,
     Kind.TEXT: "s3://proofpool/pools/1/checkpoints/3",
     Kind.TIMESTAMP: "2026-11-26T20:11:30Z",

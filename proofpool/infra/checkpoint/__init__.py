@@ -5,8 +5,10 @@ Shared by the trainer and the pool manager (write, upload, publish), workers and
 docs/checkpoints.md for the format, the trust chain and the cache layout.
 
     manifest.py   the manifest: canonical JSON, strict parsing, safe file names
+    metrics.py    the trainer's metrics file (`proofpool-metrics.json`): a checkpoint's figures
     shards.py     write a model (directory or in memory) as shards + manifest
     store.py      object-store layout and upload
+    metrics_record.py  manifest + metrics kept after pruning, and the verified read of the figures
     publish.py    write + upload + `publishCheckpoint`
     fetch.py      verified download into the local cache, several files at once, resumable
     sources.py    where bytes come from (object store, relays) and which source to ask next
@@ -36,6 +38,13 @@ from proofpool.infra.checkpoint.manifest import (
     ShardEntry,
     parse_manifest,
 )
+from proofpool.infra.checkpoint.metrics import METRICS_NAME, CheckpointMetrics, parse_metrics, publishable_figures
+from proofpool.infra.checkpoint.metrics_record import (
+    MetricsReading,
+    MetricsStatus,
+    metrics_record_prefix,
+    read_published_metrics,
+)
 from proofpool.infra.checkpoint.publish import PublishedCheckpoint, check_can_publish, publish_checkpoint
 from proofpool.infra.checkpoint.shards import DEFAULT_SHARD_SIZE, write_checkpoint
 from proofpool.infra.checkpoint.sources import (
@@ -58,12 +67,16 @@ from proofpool.infra.checkpoint.store import (
 __all__ = [
     "DEFAULT_SHARD_SIZE",
     "MANIFEST_NAME",
+    "METRICS_NAME",
     "SCHEMA_VERSION",
     "AnchoredCheckpoint",
     "CheckpointError",
     "CheckpointLocation",
     "CheckpointManifest",
+    "CheckpointMetrics",
     "FetchProgress",
+    "MetricsReading",
+    "MetricsStatus",
     "PublishedCheckpoint",
     "Reason",
     "RelaySource",
@@ -81,13 +94,17 @@ __all__ = [
     "ensure_published_checkpoint",
     "fetch_checkpoint",
     "is_complete",
+    "metrics_record_prefix",
     "onchain_checkpoint",
     "onchain_manifest_sha256",
     "parse_checkpoint_uri",
     "parse_manifest",
+    "parse_metrics",
     "prune_cache",
     "prune_checkpoints",
     "publish_checkpoint",
+    "publishable_figures",
+    "read_published_metrics",
     "upload_checkpoint",
     "write_checkpoint",
 ]

@@ -37,6 +37,9 @@ class Reason(StrEnum):
     """The model directory or model to publish cannot be made into a checkpoint."""
     PUBLISH_REFUSED = "publish_refused"
     """The chain would refuse the publication (not the manager, version not increasing)."""
+    METRICS_MALFORMED = "metrics_malformed"
+    """The trainer's metrics file (`proofpool-metrics.json`) is not the expected shape, or names
+    another pool or version than its checkpoint."""
 
 
 class CheckpointError(ProofpoolError):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -145,7 +145,7 @@ class CheckpointManifest:
 
     def to_bytes(self) -> bytes:
         """The canonical JSON bytes: sorted keys, no whitespace, ASCII. What is hashed and stored."""
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
+        return canonical_bytes(self.to_json())
 
     def sha256(self) -> bytes:
         """sha256 of `to_bytes()`: the 32 bytes published on-chain."""
@@ -158,20 +158,7 @@ class CheckpointManifest:
 def parse_manifest(raw: bytes) -> CheckpointManifest:
     """The manifest in `raw`; `CheckpointError` (`manifest_malformed` / `manifest_unsupported`)
     for anything but a well-formed manifest of a known schema, never another exception."""
-    if not isinstance(raw, bytes | bytearray):
-        raise _malformed(f"manifest must be bytes, not {type(raw).__name__}")
-    if len(raw) > MAX_MANIFEST_BYTES:
-        raise _malformed(f"{len(raw)} bytes, over the limit of {MAX_MANIFEST_BYTES}")
-    if _nesting_depth(bytes(raw)) > _MAX_DEPTH:
-        raise _malformed(f"nested deeper than {_MAX_DEPTH} levels")
-    try:
-        data = json.loads(bytes(raw).decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
-    except UnicodeDecodeError as exc:
-        raise _malformed(f"not UTF-8: {exc.reason} at byte {exc.start}") from exc
-    except RecursionError as exc:
-        raise _malformed("nested too deeply") from exc
-    except ValueError as exc:  # JSONDecodeError, duplicate keys, NaN, integers too long to parse
-        raise _malformed(f"not valid JSON: {exc}") from exc
+    data = strict_json(raw, "manifest", MAX_MANIFEST_BYTES, _malformed)
     if not isinstance(data, dict):
         raise _malformed(f"top level must be an object, not {type(data).__name__}")
     if "schema_version" not in data:
@@ -196,6 +183,33 @@ def parse_manifest(raw: bytes) -> CheckpointManifest:
         _exact_keys(f"files[{index}]", item, _ENTRY_KEYS)
         entries.append(ShardEntry(path=item["path"], sha256=item["sha256"], size=item["size"]))
     return CheckpointManifest(pool_id=data["pool_id"], version=data["version"], files=tuple(entries))
+
+
+def strict_json(raw: object, what: str, max_bytes: int, malformed: Callable[[str], CheckpointError]) -> Any:
+    """`raw` (at most `max_bytes` of UTF-8 JSON) parsed, for the small JSON files of a checkpoint that
+    come from the network (the manifest, the metrics file); anything else is `malformed(detail)`,
+    never another exception: repeated keys (readers would disagree on which counts), NaN and
+    Infinity (not JSON), and nesting deeper than 8 levels, refused before parsing (see
+    `_nesting_depth`)."""
+    if not isinstance(raw, bytes | bytearray):
+        raise malformed(f"{what} must be bytes, not {type(raw).__name__}")
+    if len(raw) > max_bytes:
+        raise malformed(f"{len(raw)} bytes, over the limit of {max_bytes}")
+    if _nesting_depth(bytes(raw)) > _MAX_DEPTH:
+        raise malformed(f"nested deeper than {_MAX_DEPTH} levels")
+    try:
+        return json.loads(bytes(raw).decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+    except UnicodeDecodeError as exc:
+        raise malformed(f"not UTF-8: {exc.reason} at byte {exc.start}") from exc
+    except RecursionError as exc:
+        raise malformed("nested too deeply") from exc
+    except ValueError as exc:  # JSONDecodeError, duplicate keys, NaN, integers too long to parse
+        raise malformed(f"not valid JSON: {exc}") from exc
+
+
+def canonical_bytes(data: dict[str, Any]) -> bytes:
+    """Canonical JSON: sorted keys, no whitespace, ASCII only; one byte form, so one sha256."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False).encode("ascii")
 
 
 def _nesting_depth(raw: bytes) -> int:

@@ -1,9 +1,11 @@
 """Publish a checkpoint: write it, upload it, anchor its manifest hash on-chain.
 
 The order is what makes the anchor trustworthy for readers: the files and the manifest are in
-the store before the chain names the manifest, so a worker that sees `CheckpointPublished`
-can always fetch what it names. What the chain would refuse (a sender that is not the pool's
-manager, a version that does not increase) is checked first, before minutes of uploading.
+the store (and the manifest and metrics file in the checkpoint's metrics record,
+`metrics_record.py`) before the chain names the manifest, so a worker that sees
+`CheckpointPublished` can always fetch what it names, and the backend its figures. What the
+chain would refuse (a sender that is not the pool's manager, a version that does not increase)
+is checked first, before minutes of uploading.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from web3.types import TxReceipt
 from proofpool.infra.chain.client import ChainClient
 from proofpool.infra.checkpoint.errors import CheckpointError, Reason
 from proofpool.infra.checkpoint.manifest import MAX_VERSION, CheckpointManifest
+from proofpool.infra.checkpoint.metrics import CheckpointMetrics, Figure
+from proofpool.infra.checkpoint.metrics_record import upload_metrics_record
 from proofpool.infra.checkpoint.shards import DEFAULT_SHARD_SIZE, write_checkpoint
 from proofpool.infra.checkpoint.store import upload_checkpoint
 from proofpool.infra.storage import ObjectStore
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from transformers import PreTrainedModel
 
 
@@ -67,20 +73,26 @@ def publish_checkpoint(
     prefix: str = "",
     assets_dir: Path | None = None,
     work_dir: Path | None = None,
+    figures: Mapping[str, Figure] | None = None,
 ) -> PublishedCheckpoint:
     """Write `source` (model directory or in-memory model, see `write_checkpoint`) as checkpoint
     `version` of `pool_id`, upload it under `{prefix}pools/{pool}/checkpoints/{version}/` and
     publish its manifest hash with `client`, which must send as the pool's manager.
 
+    `figures`, the training figures of the step that made the checkpoint (`metrics.py`: finite
+    numbers by name; `publishable_figures` picks them), go into its `proofpool-metrics.json`.
+
     The local copy is written under `work_dir` (default: the system temp dir) and removed after.
     """
+    metrics = None if figures is None else CheckpointMetrics(pool_id, version, figures)
     check_can_publish(client, pool_id, version)
     with tempfile.TemporaryDirectory(prefix="proofpool-checkpoint-", dir=work_dir) as tmp:
         out_dir = Path(tmp) / "checkpoint"
         manifest = write_checkpoint(
-            source, out_dir, shard_size, pool_id=pool_id, version=version, assets_dir=assets_dir
+            source, out_dir, shard_size, pool_id=pool_id, version=version, assets_dir=assets_dir, metrics=metrics
         )
         uri = upload_checkpoint(store, out_dir, manifest, prefix)
+        upload_metrics_record(store, out_dir, manifest, prefix)
     digest = manifest.sha256()
     receipt = client.pool.publish_checkpoint(pool_id, version, digest, uri)
     return PublishedCheckpoint(

@@ -3,7 +3,8 @@
 The output is a plain Hugging Face model directory that vLLM and transformers load as is:
 `config.json`, the weights as `model.safetensors` (one shard) or `model-0000i-of-0000n.safetensors`
 plus the standard `model.safetensors.index.json`, the tokenizer files, `proofpool-model.json`,
-and the manifest (`proofpool-checkpoint.json`) that lists every other file with its sha256.
+the trainer's figures when it gives them (`proofpool-metrics.json`, see `metrics.py`), and the
+manifest (`proofpool-checkpoint.json`) that lists every other file with its sha256.
 
 Sharding is ours rather than transformers', and deterministic: tensors in natural name order
 (`layers.2` before `layers.10`), packed greedily up to the shard size. The same weights
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Final
 
 from proofpool.infra.checkpoint.errors import CheckpointError, Reason
 from proofpool.infra.checkpoint.manifest import MANIFEST_NAME, CheckpointManifest, check_file_name, manifest_of_files
+from proofpool.infra.checkpoint.metrics import METRICS_NAME, CheckpointMetrics
 
 if TYPE_CHECKING:
     import torch
@@ -69,9 +71,14 @@ def write_checkpoint(
     pool_id: int,
     version: int,
     assets_dir: Path | None = None,
+    metrics: CheckpointMetrics | None = None,
 ) -> CheckpointManifest:
     """Write `source` (a model directory or an in-memory model) as checkpoint `version` of
     `pool_id` into `out_dir` and return its manifest (also written as `out_dir/MANIFEST_NAME`).
+
+    `metrics`, the figures of the step that made this checkpoint, is written as `METRICS_NAME` and
+    listed in the manifest; a metrics file in the source (a fetched checkpoint published again) is
+    never carried over, since its figures describe another version.
 
     `out_dir` must not exist yet (or be empty): the checkpoint is built in a temporary sibling
     and renamed into place, so `out_dir` is either complete or absent. A tensor larger than
@@ -80,6 +87,9 @@ def write_checkpoint(
     """
     if shard_size_bytes < 1:
         raise ValueError(f"shard_size_bytes must be >= 1, not {shard_size_bytes}")
+    if metrics is not None and (metrics.pool_id, metrics.version) != (pool_id, version):
+        given = f"pool {metrics.pool_id} version {metrics.version}"
+        raise ValueError(f"metrics of {given} given for checkpoint {version} of pool {pool_id}")
     out_dir = Path(out_dir)
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise _invalid(f"output directory {out_dir} exists and is not empty")
@@ -92,6 +102,8 @@ def write_checkpoint(
         _write_shards(_list_tensors(weights_dir), built, shard_size_bytes)
         for path in extra_files:
             shutil.copyfile(path, built / path.name)
+        if metrics is not None:
+            (built / METRICS_NAME).write_bytes(metrics.to_bytes())
         manifest = manifest_of_files(pool_id, version, sorted(built.iterdir()))
         (built / MANIFEST_NAME).write_bytes(manifest.to_bytes())
         if out_dir.exists():
@@ -125,12 +137,12 @@ def _source_directories(
 
 
 def _other_files(directory: Path) -> list[Path]:
-    """Top-level files of a model directory other than weights, pickles, hidden files and a
-    manifest (a fetched checkpoint can be published again as is)."""
+    """Top-level files of a model directory other than weights, pickles, hidden files, a manifest
+    and a metrics file (a fetched checkpoint can be published again as is)."""
     out = []
     for path in sorted(directory.iterdir()):
         name = path.name
-        if not path.is_file() or name.startswith(".") or name == MANIFEST_NAME:
+        if not path.is_file() or name.startswith(".") or name in (MANIFEST_NAME, METRICS_NAME):
             continue
         if name.endswith((".safetensors", ".safetensors.index.json", *_PICKLE_SUFFIXES)):
             continue

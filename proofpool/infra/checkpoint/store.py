@@ -87,7 +87,9 @@ def upload_checkpoint(store: ObjectStore, out_dir: Path, manifest: CheckpointMan
 
 def prune_checkpoints(store: ObjectStore, pool_id: int, keep_from: int, prefix: str = "") -> list[int]:
     """Delete the stored checkpoints of `pool_id` older than version `keep_from`; returns the versions
-    deleted. The manifest goes first, so a half-deleted version is never taken for a complete one."""
+    deleted. The manifest goes first, so a half-deleted version is never taken for a complete one.
+    Each version's metrics record (`metrics_record.py`, outside `checkpoints/`) is kept: the
+    backend reads a checkpoint's figures from it whenever it gets to them."""
     root = checkpoint_prefix(pool_id, 0, prefix).rsplit("0/", 1)[0]
     by_version: dict[int, list[str]] = {}
     for info in store.list_objects(root):
