@@ -269,3 +269,19 @@ FEED = (
     TX_OF_SUBMISSION,
 )
 """The live feed: submissions and verdicts of a pool, newest first."""
+
+TRAINING = (
+    Col("version", "Version", Show.NUMBER),
+    Col("status", "Figures"),
+    Col("mean_reward", "Mean reward", Show.NUMBER),
+    Col("loss", "Loss", Show.NUMBER),
+    Col("samples", "Samples", Show.COUNT),
+    Col("tokens", "Tokens", Show.COUNT),
+    Col("grad_norm", "Gradient norm", Show.NUMBER),
+    Col("inner_loss", "Inner loss", Show.NUMBER),
+    Col("inner_loss_last", "Last inner loss", Show.NUMBER),
+    Col("delta_norm", "Delta norm", Show.NUMBER),
+    Col("contributors", "Contributors", Show.COUNT),
+    Col("detail", "Why not verified"),
+)
+"""A pool's rows of `/v1/ledger/checkpoint_metrics`; a page shows the figures its pool's trainer reports."""

@@ -27,7 +27,7 @@ from eth_abi import decode as abi_decode
 from eth_abi.exceptions import DecodingError
 from proofpool.backend.indexer.decode import FastDecoder
 from proofpool.backend.indexer.records import IndexedEvent
-from proofpool.backend.indexer.source import ChainSource
+from proofpool.backend.indexer.source import ChainMoved, ChainSource
 from web3 import Web3
 from web3.exceptions import Web3RPCError
 
@@ -137,36 +137,21 @@ class ChainView:
         raise ChainMovedTooOften(f"the chain kept changing while the logs up to block {last} were read; try again")
 
     def _read_logs(self, pool_id: int, work_key: bytes, last: int) -> WorkLogs | None:
-        """One consistent read, or None when the chain moved under it."""
+        """One consistent read (the indexer's own, `ChainSource.fetch_range`, on the two indexed
+        topics), or None when the chain moved under it."""
         before = self.source.header(last)
         if before is None:
             return WorkLogs([], last, None)
         key = "0x" + work_key.hex()
-        query = {
-            "fromBlock": hex(self.book.deploy_block),
-            "toBlock": hex(last),
-            "address": self.book.compute_pool,
-            "topics": [None, "0x" + pool_id.to_bytes(32, "big").hex(), key],
-        }
-        raw = [self.source.decoder.decode(log) for log in rpc(self.w3, "eth_getLogs", [query])]
-        # Topics are matched by position: keep the events whose poolId and workKey they really are.
-        decoded = [e for e in raw if e is not None and e.args.get("poolId") == pool_id and e.args.get("workKey") == key]
-        headers = self.source.headers(sorted({last, *(e.block_number for e in decoded)}))
-        after = headers[last]
-        if after is None or after.hash != before.hash:
+        topics = [None, "0x" + pool_id.to_bytes(32, "big").hex(), key]
+        try:
+            batch = self.source.fetch_range(self.book.deploy_block, last, address=self.book.compute_pool, topics=topics)
+        except ChainMoved:
             return None
-        events = []
-        for e in decoded:
-            header = headers[e.block_number]
-            if header is None or header.hash != e.block_hash:
-                return None
-            events.append(
-                IndexedEvent(
-                    e.block_number, e.block_hash, e.tx_hash, e.log_index, e.contract, e.address, e.name, e.args,
-                    header.time,
-                )
-            )  # fmt: skip
-        events.sort(key=lambda event: event.position)
+        if batch.headers[last].hash != before.hash:
+            return None
+        # Topics are matched by position: keep the events whose poolId and workKey they really are.
+        events = [e for e in batch.events if e.args.get("poolId") == pool_id and e.args.get("workKey") == key]
         return WorkLogs(events, last, before.hash)
 
     # --- the contract's view ------------------------------------------------------------------

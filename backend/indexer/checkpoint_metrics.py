@@ -19,13 +19,12 @@ may have added checkpoints, else every poll interval.
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Final
 
 import psycopg
 from proofpool.backend.db import checkpoint_metrics as db
 from proofpool.backend.db.checkpoint_metrics import CheckpointToRead, Read
-from proofpool.backend.indexer.session import connect
+from proofpool.backend.indexer.side_loop import SideLoop
 
 from proofpool.core.ledger_listings import CHECKPOINT_FIGURES, Kind
 from proofpool.infra.checkpoint import MetricsReading, MetricsStatus, read_published_metrics
@@ -89,10 +88,13 @@ def read_due(conn: psycopg.Connection, store: ObjectStore, limit: int = BATCH) -
     return len(checkpoints)
 
 
-class CheckpointMetricsLoop(threading.Thread):
-    """Runs `read_due` beside the indexer (module docstring). PostgreSQL and store outages are
-    waited out with capped backoff; any other error stops the loop and is kept in `error` for the
-    indexer to raise."""
+class CheckpointMetricsLoop(SideLoop):
+    """Runs `read_due` beside the indexer (module docstring, `proofpool.backend.indexer.side_loop`);
+    an object store that cannot be asked is waited out, but not by a drain (`indexer run --once`):
+    those checkpoints wait for the next run."""
+
+    what = "checkpoint metrics"
+    application_name = APPLICATION_NAME
 
     def __init__(
         self,
@@ -102,78 +104,17 @@ class CheckpointMetricsLoop(threading.Thread):
         max_backoff: float = 30.0,
         session_timeout: float = 60.0,
     ) -> None:
-        super().__init__(name="checkpoint-metrics", daemon=True)
+        super().__init__("checkpoint-metrics", database_url, poll_interval, max_backoff, session_timeout)
         self.store = store
-        self.database_url = database_url
-        self.poll_interval = poll_interval
-        self.max_backoff = max_backoff
-        self.session_timeout = session_timeout
-        self.stop = threading.Event()
         self.read = 0
-        self.retries = 0
-        self.error: BaseException | None = None
-        self._wake = threading.Event()
-        self._draining = False
 
-    def notify(self) -> None:
-        """The indexer committed new events (maybe checkpoints)."""
-        self._wake.set()
+    def work(self, conn: psycopg.Connection) -> int:
+        done = read_due(conn, self.store)
+        self.read += done
+        return done
 
-    def drain(self, stop: threading.Event) -> None:
-        """Read what is due, then end (also when the store cannot be asked: those checkpoints wait
-        for the next run); returns when the thread has ended or `stop` is set."""
-        self._draining = True
-        self._wake.set()
-        while self.is_alive() and not stop.is_set():
-            self.join(0.1)
+    def outage(self, exc: Exception) -> str | None:
+        return "the object store" if isinstance(exc, StorageError) else None
 
-    def halt(self) -> None:
-        """End after the read in flight."""
-        self.stop.set()
-        self._wake.set()
-        self.join()
-
-    def run(self) -> None:
-        conn: psycopg.Connection | None = None
-        delay = 0.2
-        try:
-            while not self.stop.is_set():
-                self._wake.clear()
-                try:
-                    if conn is None or conn.closed:
-                        conn = connect(
-                            self.database_url, application_name=APPLICATION_NAME, session_timeout=self.session_timeout
-                        )
-                    done = read_due(conn, self.store)
-                    delay = 0.2
-                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                    if conn is not None:
-                        conn.close()
-                    conn = None
-                    self._backoff("PostgreSQL", exc, delay)
-                    delay = min(delay * 2, self.max_backoff)
-                    continue
-                except StorageError as exc:
-                    if self._draining:
-                        log.warning("checkpoint metrics left for the next run", extra={"error": str(exc)[:200]})
-                        return
-                    self._backoff("the object store", exc, delay)
-                    delay = min(delay * 2, self.max_backoff)
-                    continue
-                self.read += done
-                if done == 0:
-                    if self._draining:
-                        return
-                    self._wake.wait(self.poll_interval)
-        except Exception as exc:  # noqa: BLE001 - not swallowed: the indexer thread re-raises it
-            self.error = exc
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def _backoff(self, what: str, exc: BaseException, delay: float) -> None:
-        self.retries += 1
-        log.warning(
-            f"checkpoint metrics waiting for {what}", extra={"error": str(exc).strip()[:200], "retry_in": delay}
-        )
-        self.stop.wait(delay)
+    def give_up_draining(self, what: str) -> bool:
+        return True

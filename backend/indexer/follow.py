@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import psycopg
 import requests
@@ -44,6 +45,7 @@ from proofpool.backend.indexer.outbox import (
 from proofpool.backend.indexer.projections import apply_events
 from proofpool.backend.indexer.reorg import conflict_in_range, find_fork, roll_back, tip_conflict
 from proofpool.backend.indexer.session import connect
+from proofpool.backend.indexer.side_loop import SideLoop
 from proofpool.backend.indexer.source import ChainMoved, ChainSource, RangeBatch, RangeRefused
 
 from proofpool.core.errors import ConfigError, ServiceUnavailable
@@ -54,6 +56,8 @@ from proofpool.infra.served import ServedPools
 from proofpool.infra.storage import ObjectStore
 
 log = logging.getLogger(__name__)
+
+SideLoopT = TypeVar("SideLoopT", bound=SideLoop)
 
 DB_ERRORS = (psycopg.OperationalError, psycopg.InterfaceError)
 RPC_ERRORS = (requests.RequestException, ServiceUnavailable, ConnectionError, TimeoutError)
@@ -241,26 +245,19 @@ class Indexer:
     def _start_dispatch(self) -> DispatchLoop | None:
         if self.dispatcher is None:
             return None
-        loop = DispatchLoop(
-            self.dispatcher,
-            self.database_url,
-            self.options.poll_interval,
-            self.options.max_backoff,
-            self.options.session_timeout,
-        )
-        loop.start()
-        return loop
+        return self._started(DispatchLoop(self.dispatcher, self.database_url, *self._side_options()))
 
     def _start_metrics(self) -> CheckpointMetricsLoop | None:
         if self.store is None:
             return None
-        loop = CheckpointMetricsLoop(
-            self.store,
-            self.database_url,
-            self.options.poll_interval,
-            self.options.max_backoff,
-            self.options.session_timeout,
-        )
+        return self._started(CheckpointMetricsLoop(self.store, self.database_url, *self._side_options()))
+
+    def _side_options(self) -> tuple[float, float, float]:
+        """A side loop's poll interval, longest backoff and session timeout: the indexer's own."""
+        return self.options.poll_interval, self.options.max_backoff, self.options.session_timeout
+
+    @staticmethod
+    def _started(loop: SideLoopT) -> SideLoopT:
         loop.start()
         return loop
 

@@ -16,19 +16,17 @@ The dispatcher sends committed rows only, then marks them sent in a second trans
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Protocol
 
-import psycopg
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerError
 from proofpool.backend.db import outbox as outbox_db
 from proofpool.backend.db.outbox import OutboxTask, PendingRow
 from proofpool.backend.indexer.records import IndexedEvent
-from proofpool.backend.indexer.session import connect
+from proofpool.backend.indexer.side_loop import SideLoop
 from psycopg import Connection
 
 from proofpool.infra.broker import VALIDATE_SUBMISSION, task_id_for
@@ -150,13 +148,13 @@ def _row_fields(row: PendingRow) -> dict[str, Any]:
     return fields
 
 
-class DispatchLoop(threading.Thread):
-    """Runs a `Dispatcher` beside the indexer, on its own connection, so indexing never waits
-    for the broker. Woken by `notify()` after each indexing commit, else every `poll_interval`.
+class DispatchLoop(SideLoop):
+    """Runs a `Dispatcher` beside the indexer (`proofpool.backend.indexer.side_loop`): sends what the
+    indexer committed, and every `requeue_interval` seconds looks for validation tasks nobody took up
+    (`Dispatcher.requeue_lost`). A broker outage is waited out (rows stay unsent meanwhile)."""
 
-    PostgreSQL and broker outages are waited out with capped backoff (rows stay unsent meanwhile).
-    Any other error stops the loop and is kept in `error` for the indexer to raise.
-    """
+    what = "dispatch"
+    application_name = DISPATCH_APP_NAME
 
     def __init__(
         self,
@@ -167,80 +165,20 @@ class DispatchLoop(threading.Thread):
         session_timeout: float = 60.0,
         requeue_interval: float = 30.0,
     ) -> None:
-        super().__init__(name="outbox-dispatch", daemon=True)
+        super().__init__("outbox-dispatch", database_url, poll_interval, max_backoff, session_timeout)
         self.dispatcher = dispatcher
-        self.database_url = database_url
-        self.stop = threading.Event()
-        self.poll_interval = poll_interval
-        self.max_backoff = max_backoff
-        self.session_timeout = session_timeout
-        """Bounds each statement and idle period of the dispatcher's session (`proofpool.backend.indexer.session`)."""
         self.sent = 0
         self.requeued = 0
-        self.retries = 0
-        self.error: BaseException | None = None
         self.requeue_interval = requeue_interval
-        """Seconds between two looks for validation tasks nobody took up (`Dispatcher.requeue_lost`)."""
         self._next_requeue = time.monotonic() + requeue_interval
-        self._wake = threading.Event()
-        self._draining = False
 
-    def notify(self) -> None:
-        """New rows were committed."""
-        self._wake.set()
+    def work(self, conn: Connection) -> int:
+        if time.monotonic() >= self._next_requeue:
+            self.requeued += self.dispatcher.requeue_lost(conn)
+            self._next_requeue = time.monotonic() + self.requeue_interval
+        sent = self.dispatcher.dispatch_pending(conn)
+        self.sent += sent
+        return sent
 
-    def drain(self, stop: threading.Event) -> None:
-        """Send what is pending, then end; returns when the thread has ended or `stop` is set."""
-        self._draining = True
-        self._wake.set()
-        while self.is_alive() and not stop.is_set():
-            self.join(0.1)
-
-    def halt(self) -> None:
-        """End after the batch in flight (unsent rows stay for the next run)."""
-        self.stop.set()
-        self._wake.set()
-        self.join()
-
-    def run(self) -> None:
-        conn: psycopg.Connection | None = None
-        delay = 0.2
-        try:
-            while not self.stop.is_set():
-                self._wake.clear()
-                try:
-                    if conn is None or conn.closed:
-                        conn = connect(
-                            self.database_url, application_name=DISPATCH_APP_NAME, session_timeout=self.session_timeout
-                        )
-                    if time.monotonic() >= self._next_requeue:
-                        self.requeued += self.dispatcher.requeue_lost(conn)
-                        self._next_requeue = time.monotonic() + self.requeue_interval
-                    sent = self.dispatcher.dispatch_pending(conn)
-                    delay = 0.2
-                except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
-                    if conn is not None:
-                        conn.close()
-                    conn = None
-                    self._backoff("PostgreSQL", exc, delay)
-                    delay = min(delay * 2, self.max_backoff)
-                    continue
-                except BrokerError as exc:
-                    self._backoff("the Celery broker", exc, delay)
-                    delay = min(delay * 2, self.max_backoff)
-                    continue
-                self.sent += sent
-                if sent == 0:
-                    if self._draining:
-                        return
-                    self._wake.wait(self.poll_interval)
-        except Exception as exc:  # noqa: BLE001 - not swallowed: the indexer thread re-raises it
-            self.error = exc
-        finally:
-            if conn is not None:
-                conn.close()
-
-    def _backoff(self, what: str, exc: BaseException, delay: float) -> None:
-        self.retries += 1
-        log.warning(f"dispatch waiting for {what}", extra={"error": str(exc).strip()[:200], "retry_in": delay})
-        self.stop.wait(delay)
+    def outage(self, exc: Exception) -> str | None:
+        return "the Celery broker" if isinstance(exc, BrokerError) else None

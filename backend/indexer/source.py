@@ -89,12 +89,18 @@ class ChainSource:
     def header(self, number: int) -> BlockHeader | None:
         return self.headers([number])[number]
 
-    def fetch_range(self, start: int, end: int) -> RangeBatch:
-        """Events of our contracts in blocks `start..end` (inclusive), with consistent headers."""
+    def fetch_range(
+        self, start: int, end: int, *, address: str | None = None, topics: list[str | None] | None = None
+    ) -> RangeBatch:
+        """Events of our contracts in blocks `start..end` (inclusive), with consistent headers; only
+        those of `address` (one of ours) matching `topics` (`eth_getLogs` topic filters by position)
+        when given: one submission's logs, read by `proofpool.backend.audit.chain_view`."""
         end_before = self.header(end)
         if end_before is None:
             raise ChainMoved(f"block {end} is gone")
-        query = {"fromBlock": hex(start), "toBlock": hex(end), "address": self.addresses}
+        query: dict[str, Any] = {"fromBlock": hex(start), "toBlock": hex(end), "address": address or self.addresses}
+        if topics is not None:
+            query["topics"] = topics
         reply = self.w3.provider.make_request("eth_getLogs", [query])  # type: ignore[arg-type]
         if "error" in reply:
             raise RangeRefused(f"eth_getLogs {start}-{end} failed: {reply['error']}")

@@ -18,7 +18,7 @@ from proofpool.explorer.pages.sources import listing_source, record_source
 from proofpool.explorer.params import format_position, parse_pool_id, parse_position
 from proofpool.explorer.plots import Chart, pool_charts
 from proofpool.explorer.render import render_page, root_path, row_view
-from proofpool.explorer.tables import Col, Show, Table
+from proofpool.explorer.tables import Col, Table
 
 router = APIRouter()
 
@@ -27,22 +27,7 @@ LEADERBOARD_ROWS = 100
 CHARTED_VERSIONS = 500
 """Checkpoints the training curves show: the pool's latest (all of them, for most pools)."""
 
-TRAINING = (
-    Col("version", "Version", Show.NUMBER),
-    Col("status", "Figures"),
-    Col("mean_reward", "Mean reward", Show.NUMBER),
-    Col("loss", "Loss", Show.NUMBER),
-    Col("samples", "Samples", Show.COUNT),
-    Col("tokens", "Tokens", Show.COUNT),
-    Col("grad_norm", "Gradient norm", Show.NUMBER),
-    Col("inner_loss", "Inner loss", Show.NUMBER),
-    Col("inner_loss_last", "Last inner loss", Show.NUMBER),
-    Col("delta_norm", "Delta norm", Show.NUMBER),
-    Col("contributors", "Contributors", Show.COUNT),
-    Col("detail", "Why not verified"),
-)
-"""A pool's rows of `/v1/ledger/checkpoint_metrics`; a page shows the figures its pool's trainer reports."""
-FIGURE_NAMES = frozenset(column.name for column in TRAINING[2:-1])
+FIGURE_NAMES = frozenset(column.name for column in columns.TRAINING[2:-1])
 
 
 async def find_pool(ledger: ExplorerLedger, pool_id: int) -> Row:
@@ -58,12 +43,12 @@ def ranked(contributors: list[Row]) -> list[Row]:
 
 
 def training_columns(rows: list[Row]) -> tuple[Col, ...]:
-    """`TRAINING` without the figures no row has (a GRPO pool has no inner loss), and without the
+    """`columns.TRAINING` without the figures no row has (a GRPO pool has no inner loss), and without the
     reason column when every row is verified; every figure when no row has any."""
     held = {name for row in rows for name in FIGURE_NAMES if row.get(name) is not None} or FIGURE_NAMES
     if any(row.get("detail") is not None for row in rows):
         held |= {"detail"}
-    return tuple(column for column in TRAINING if column.name in held or column.name in ("version", "status"))
+    return tuple(column for column in columns.TRAINING if column.name in held or column.name in ("version", "status"))
 
 
 async def training(ledger: ExplorerLedger, pool_id: int) -> tuple[list[Chart], tuple[Col, ...]]:
