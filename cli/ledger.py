@@ -225,6 +225,8 @@ def _cell(column: Column, value: Any) -> str:
         return f"{value[:8]}…{value[-4:]}"
     if column.kind is Kind.TIMESTAMP:
         return _utc_time(value)
+    if column.kind is Kind.FLOAT:  # a trainer's figure: six significant digits (--json/--csv give all)
+        return f"{value:.6g}"
     return str(value)
 
 

@@ -130,6 +130,8 @@ def test_at_80_columns_the_table_fits_and_no_header_or_value_is_cut(backend: Fak
             assert "2026-11-26" in cells and "20:11:30" in cells
         elif column.kind is Kind.AMOUNT:
             assert "250.5" in cells.split()
+        elif column.kind is Kind.FLOAT:
+            assert "0.123457" in cells.split()  # six significant digits
 
 
 def test_submissions_at_80_columns_leave_out_the_last_columns_and_say_so(backend: FakeLedger) -> None:
