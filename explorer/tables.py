@@ -43,9 +43,11 @@ class Show(StrEnum):
     BOOL = "bool"
     FILES = "files"
     """A submission's files: the count (1 for a single-file submission)."""
+    FIGURE = "figure"
+    """A trainer's figure (a float): six significant digits, the API's value in the title."""
 
 
-NUMERIC = frozenset({Show.COUNT, Show.NUMBER, Show.AMOUNT, Show.FILES})
+NUMERIC = frozenset({Show.COUNT, Show.NUMBER, Show.AMOUNT, Show.FILES, Show.FIGURE})
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,8 @@ def _written(show: Show, value: Any) -> tuple[str, str | None]:
         return fmt.utc_time(value), value
     if show is Show.BOOL:
         return ("yes" if value else "no"), None
+    if show is Show.FIGURE:
+        return f"{value:.6g}", str(value)
     return str(value), None
 
 
