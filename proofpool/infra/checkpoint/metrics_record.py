@@ -130,12 +130,9 @@ def _verified(
         manifest = parse_manifest(raw)
     except CheckpointError as exc:
         return MetricsReading(MetricsStatus.MALFORMED, f"the manifest: {exc}")
-    if (manifest.pool_id, manifest.version) != (pool_id, version):
-        return MetricsReading(
-            MetricsStatus.MALFORMED,
-            f"the manifest names pool {manifest.pool_id} version {manifest.version}, "
-            f"published as pool {pool_id} version {version}",
-        )
+    misnamed = _misnamed("the manifest", manifest.pool_id, manifest.version, pool_id, version)
+    if misnamed is not None:
+        return misnamed
     entry = manifest.entry(METRICS_NAME)
     if entry is None:
         return MetricsReading(MetricsStatus.UNLISTED, f"the manifest lists no {METRICS_NAME}")
@@ -160,10 +157,17 @@ def _verified(
         metrics = parse_metrics(body)
     except CheckpointError as exc:
         return MetricsReading(MetricsStatus.MALFORMED, f"the metrics file: {exc}")
-    if (metrics.pool_id, metrics.version) != (pool_id, version):
-        return MetricsReading(
-            MetricsStatus.MALFORMED,
-            f"the metrics file names pool {metrics.pool_id} version {metrics.version}, "
-            f"published as pool {pool_id} version {version}",
-        )
+    misnamed = _misnamed("the metrics file", metrics.pool_id, metrics.version, pool_id, version)
+    if misnamed is not None:
+        return misnamed
     return MetricsReading(MetricsStatus.VERIFIED, None, metrics)
+
+
+def _misnamed(what: str, named_pool: int, named_version: int, pool_id: int, version: int) -> MetricsReading | None:
+    """`malformed` when `what` names another checkpoint than the one it was published as, else None."""
+    if (named_pool, named_version) == (pool_id, version):
+        return None
+    return MetricsReading(
+        MetricsStatus.MALFORMED,
+        f"{what} names pool {named_pool} version {named_version}, published as pool {pool_id} version {version}",
+    )
